@@ -79,6 +79,19 @@ class ClusterRunError(MWNotebookError):
         self.traceback = first.traceback if first else []
         super().__init__(self._message(detail))
 
+    def _render_traceback_(self) -> list[str]:
+        """How IPython shows this error: the failing worker's own traceback first, then the rest."""
+        red, reset = "\x1b[0;31m", "\x1b[0m"
+        lines: list[str] = []
+        for i, failure in enumerate(self.failures):
+            lines.append(f"{red}[worker {failure.worker}] {failure.headline()}{reset}")
+            if i == 0 and failure.traceback:
+                lines.extend(failure.traceback)
+        if self.restarted:
+            lines.append("The worker kernels were restarted: the next cell starts from fresh workers.")
+        lines.append(f"{red}{type(self).__name__}{reset}: {self.failures[0].headline() if self.failures else ''}")
+        return lines
+
     def _message(self, detail: str) -> str:
         lines = [f.headline() for f in self.failures]
         if detail:

@@ -1,0 +1,23 @@
+"""What the cluster does to each fresh worker before the user's first cell: the devices it sees
+and the set-up code it runs (TensorFlow preload, mixed precision, XLA)."""
+
+from __future__ import annotations
+
+from .spec import ClusterSpec
+
+#: Imports TensorFlow without running any TF op, so that a later MultiWorkerMirroredStrategy can
+#: still configure the process's collectives.
+PRELOAD_CODE = "import tensorflow as _mw_tf  # preloaded by mwnotebook\n"
+
+
+def setup_code(spec: ClusterSpec) -> str:
+    """Code executed silently in every worker right after it starts; '' when nothing is needed."""
+    parts = []
+    if spec.preload or spec.mixed_precision or spec.xla:
+        parts.append(PRELOAD_CODE)
+    return "".join(parts)
+
+
+def visible_devices_per_worker(spec: ClusterSpec) -> list[str | None]:
+    """Each worker's CUDA_VISIBLE_DEVICES (None: leave the notebook's own setting)."""
+    return [None] * spec.workers

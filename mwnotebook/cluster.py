@@ -1,0 +1,376 @@
+"""The async core: start N workers, run a cell on all of them at once under one deadline, watch
+their liveness, stop all of them on the first failure, restart the group.
+
+Failure policy. A failing worker usually leaves its peers blocked inside a collective, where an
+interrupt may not reach them (measured: a blocked tf_keras ``fit`` ignores SIGINT). So on the first
+fault the others get SIGINT and ``interrupt_grace`` seconds to stop; then, if any worker had to be
+stopped, died, or is in a state TensorFlow cannot recover from, the whole group is restarted with
+the same TF_CONFIGs. If every worker finished on its own (say, the same NameError everywhere), the
+workers and their variables are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .diagnose import diagnose, is_consequential
+from .errors import (ClusterInterrupted, ClusterRunError, ClusterStartError, ClusterStateError,
+                     ClusterTimeoutError, WorkerDiedError, WorkerError, WorkerFailure)
+from .events import Event, EventSink, WorkerStateChanged
+from .launchers import Launcher, make_launcher
+from .relay import events_from_iopub
+from .result import RunResult
+from .spec import ClusterSpec
+from .tf_config import tf_config_for
+from .worker import ExecutionOutcome, Worker
+from .bootstrap import setup_code, visible_devices_per_worker
+
+log = logging.getLogger(__name__)
+
+#: How often worker processes are checked for death while a cell runs.
+LIVENESS_POLL_SECONDS = 0.2
+#: How long interrupted workers get to stop before the group is restarted.
+INTERRUPT_GRACE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    index: int
+    host: str
+    pid: int | None
+    state: str
+    alive: bool
+    tf_config: dict[str, Any]
+
+
+def _ignore(_: Event) -> None:
+    pass
+
+
+class AsyncCluster:
+    """N worker kernels that run cells in lockstep. All methods run on one event loop."""
+
+    def __init__(self, spec: ClusterSpec | None = None, *, launcher: Launcher | None = None,
+                 **spec_fields: Any) -> None:
+        if spec is not None and spec_fields:
+            raise TypeError("pass either a ClusterSpec or its fields, not both")
+        self.spec = spec if spec is not None else ClusterSpec(**spec_fields)
+        self._launcher = launcher
+        self._workers: list[Worker] = []
+        self._envs: list[dict[str, str]] = []
+        self._addresses: list[str] = []
+        self._states: list[str] = ["stopped"] * self.spec.workers
+        self._abort: asyncio.Event | None = None
+        self._running = False
+        self._emit: EventSink = _ignore
+
+    # ----------------------------------------------------------------- lifecycle
+    @property
+    def started(self) -> bool:
+        return bool(self._workers)
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._addresses)
+
+    @property
+    def tf_configs(self) -> list[dict[str, Any]]:
+        return [tf_config_for(self._addresses, i) for i in range(len(self._addresses))]
+
+    async def start(self, on_event: EventSink | None = None) -> None:
+        """Start every worker in parallel and wait until all answer. Idempotent."""
+        if self._workers:
+            return
+        self._emit = on_event or _ignore
+        if self._launcher is None:
+            self._launcher = make_launcher(self.spec)
+        try:
+            self._addresses = await self._launcher.tf_addresses(self.spec.workers)
+            devices = visible_devices_per_worker(self.spec)
+            self._envs = [self.spec.worker_env(self._addresses, i, devices[i])
+                          for i in range(self.spec.workers)]
+            self._workers = await self._start_workers()
+        except BaseException:
+            await self._close_launcher()
+            raise
+        finally:
+            self._emit = _ignore
+
+    async def _start_workers(self) -> list[Worker]:
+        assert self._launcher is not None
+        launcher = self._launcher
+        for i in range(self.spec.workers):
+            self._set_state(i, "starting")
+        started = await asyncio.gather(*(launcher.start(i, env) for i, env in enumerate(self._envs)),
+                                       return_exceptions=True)
+        workers = [Worker(h, env) for h, env in zip(started, self._envs) if not isinstance(h, BaseException)]
+        failed = [exc for exc in started if isinstance(exc, BaseException)]
+        try:
+            if failed:
+                raise failed[0]
+            connected = await asyncio.gather(*(w.connect(self.spec.startup_timeout) for w in workers),
+                                             return_exceptions=True)
+            errors = [exc for exc in connected if isinstance(exc, BaseException)]
+            if errors:
+                raise errors[0]
+            await self._run_setup(workers)
+        except BaseException:
+            await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
+            for i in range(self.spec.workers):
+                self._set_state(i, "stopped")
+            raise
+        for w in workers:
+            self._set_state(w.index, "idle")
+        return workers
+
+    async def _run_setup(self, workers: list[Worker]) -> None:
+        code = setup_code(self.spec)
+        if not code:
+            return
+        outcomes = await asyncio.gather(*(w.execute(code, lambda _m: None, silent=True) for w in workers))
+        for w, outcome in zip(workers, outcomes):
+            if outcome.status != "ok":
+                hint = diagnose(outcome.ename, outcome.evalue)
+                raise ClusterStartError(
+                    f"worker {w.index} on {w.handle.host} failed its set-up ({outcome.ename}: "
+                    f"{outcome.evalue}).{' ' + hint.hint if hint else ''}", worker=w.index, host=w.handle.host)
+
+    async def restart(self, on_event: EventSink | None = None) -> None:
+        """Replace every worker process with a fresh one (same TF_CONFIGs). Variables are lost."""
+        if not self._workers:
+            raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
+        self._emit = on_event or self._emit
+        try:
+            await asyncio.gather(*(w.kill() for w in self._workers), return_exceptions=True)
+            self._workers = []
+            self._workers = await self._start_workers()
+        finally:
+            self._emit = _ignore
+
+    async def stop(self) -> None:
+        """Shut every worker down (politely, then by force) and release ports and files."""
+        workers, self._workers = self._workers, []
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        for i in range(self.spec.workers):
+            self._states[i] = "stopped"
+        await self._close_launcher()
+
+    async def kill(self) -> None:
+        """Stop every worker at once, no questions asked (used at interpreter exit)."""
+        workers, self._workers = self._workers, []
+        await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
+        await self._close_launcher()
+
+    async def _close_launcher(self) -> None:
+        if self._launcher is not None:
+            await self._launcher.close()
+            self._launcher = None
+
+    async def status(self) -> list[WorkerInfo]:
+        infos = []
+        for i in range(self.spec.workers):
+            worker = self._workers[i] if i < len(self._workers) else None
+            alive = bool(worker) and await worker.handle.is_alive()  # type: ignore[union-attr]
+            infos.append(WorkerInfo(
+                index=i, host=worker.handle.host if worker else "", pid=worker.handle.pid if worker else None,
+                state=self._states[i], alive=alive,
+                tf_config=tf_config_for(self._addresses, i) if self._addresses else {}))
+        return infos
+
+    # ----------------------------------------------------------------- running cells
+    def request_abort(self) -> None:
+        """Stop the running cell on every worker (the notebook's interrupt). Safe to call any time."""
+        if self._abort is not None:
+            self._abort.set()
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell, or send SIGINT to every worker when none runs."""
+        if self._running:
+            self.request_abort()
+        else:
+            await asyncio.gather(*(w.handle.interrupt() for w in self._workers))
+
+    async def run(self, code: str, on_event: EventSink | None = None,
+                  timeout: float | None = None) -> RunResult:
+        """Run ``code`` on every worker at once. Raises a :class:`ClusterRunError` subclass on failure."""
+        if not self._workers:
+            raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
+        if self._running:
+            raise ClusterStateError("a cell is already running on this cluster")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self._running = True
+        self._emit = on_event or _ignore
+        self._abort = asyncio.Event()
+        try:
+            return await _CellRun(self, code, timeout).run()
+        finally:
+            self._running = False
+            self._abort = None
+            self._emit = _ignore
+
+    def _set_state(self, index: int, state: str, error: str = "") -> None:
+        self._states[index] = state
+        self._safe_emit(WorkerStateChanged(worker=index, state=state, error=error))
+
+    def _safe_emit(self, event: Event) -> None:
+        try:
+            self._emit(event)
+        except Exception:  # noqa: BLE001 - a broken observer must not break the run
+            log.exception("event observer failed on %r", event)
+
+
+_PRIORITY = {"died": 0, "timeout": 1, "error": 1, "consequence": 2, "interrupted": 3}
+
+
+class _CellRun:
+    """One cell on every worker: the wait, the abort, and the verdict."""
+
+    def __init__(self, cluster: AsyncCluster, code: str, timeout: float | None) -> None:
+        self.cluster = cluster
+        self.code = code
+        self.timeout = timeout
+        self.workers = list(cluster._workers)
+        self.result = RunResult(len(self.workers))
+        self.finish_order: list[int] = []
+        self.dead: dict[int, str] = {}
+        self.interrupted: set[int] = set()
+
+    def _on_output(self, index: int):
+        def handle(msg: dict[str, Any]) -> None:
+            for event in events_from_iopub(index, msg):
+                self.result.add(event)
+                self.cluster._safe_emit(event)
+        return handle
+
+    async def run(self) -> RunResult:
+        started = time.monotonic()
+        for w in self.workers:
+            self.cluster._set_state(w.index, "running")
+        tasks = {w.index: asyncio.ensure_future(w.execute(self.code, self._on_output(w.index)))
+                 for w in self.workers}
+        deadline = None if self.timeout is None else started + self.timeout
+        trigger = await self._wait(tasks, deadline)
+        self.result.elapsed = time.monotonic() - started
+        if trigger is None:
+            return self.result
+        await self._stop_the_rest(tasks)
+        self.result.elapsed = time.monotonic() - started
+        failures = self._failures(trigger)
+        restart = bool(self.interrupted or self.dead) or any(
+            (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures)
+        if restart:
+            await self.cluster.restart(on_event=self.cluster._emit)
+        raise _error_class(trigger, self.dead)(failures, restarted=restart)
+
+    def _collect(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> bool:
+        """Record finished outcomes; True if any of them failed."""
+        failed = False
+        for index, task in tasks.items():
+            if not task.done() or self.result.outcomes[index] is not None:
+                continue
+            try:
+                outcome = task.result()
+            except asyncio.CancelledError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - a lost channel counts as a dead worker
+                self.dead.setdefault(index, f"connection lost: {type(exc).__name__}")
+                failed = True
+                continue
+            self.result.outcomes[index] = outcome
+            self.finish_order.append(index)
+            if outcome.status == "ok":
+                self.cluster._set_state(index, "done")
+            else:
+                failed = True
+                self.cluster._set_state(index, "failed", outcome.ename)
+        return failed
+
+    async def _find_dead(self) -> bool:
+        for w in self.workers:
+            if w.index not in self.dead and not await w.handle.is_alive():
+                self.dead[w.index] = w.handle.exit_description() or "exited"
+                self.cluster._set_state(w.index, "failed", self.dead[w.index])
+        return bool(self.dead)
+
+    async def _wait(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]],
+                    deadline: float | None) -> str | None:
+        abort = self.cluster._abort
+        assert abort is not None
+        abort_wait = asyncio.ensure_future(abort.wait())
+        try:
+            while True:
+                if self._collect(tasks):
+                    return "failure"
+                pending = [t for t in tasks.values() if not t.done()]
+                if not pending:
+                    return None
+                if await self._find_dead():
+                    return "died"
+                if abort.is_set():
+                    return "interrupted"
+                wait = LIVENESS_POLL_SECONDS
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return "timeout"
+                    wait = min(wait, remaining)
+                await asyncio.wait([*pending, abort_wait], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            abort_wait.cancel()
+
+    async def _stop_the_rest(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> None:
+        running = [w for w in self.workers if not tasks[w.index].done() and w.index not in self.dead]
+        self.interrupted = {w.index for w in running}
+        await asyncio.gather(*(w.handle.interrupt() for w in running), return_exceptions=True)
+        grace_end = time.monotonic() + INTERRUPT_GRACE_SECONDS
+        while time.monotonic() < grace_end:
+            pending = [tasks[w.index] for w in running if not tasks[w.index].done()]
+            if not pending:
+                break
+            await asyncio.wait(pending, timeout=min(LIVENESS_POLL_SECONDS, grace_end - time.monotonic()))
+            if await self._find_dead():
+                break
+        self._collect(tasks)
+        await self._find_dead()
+        for task in tasks.values():
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+    def _failures(self, trigger: str) -> list[WorkerFailure]:
+        failures: list[tuple[int, int, WorkerFailure]] = []
+        for w in self.workers:
+            i = w.index
+            outcome = self.result.outcomes[i]
+            order = self.finish_order.index(i) if i in self.finish_order else len(self.workers)
+            if i in self.dead:
+                failures.append((_PRIORITY["died"], order, WorkerFailure(i, "died", exit_description=self.dead[i])))
+            elif i in self.interrupted:
+                kind = "timeout" if trigger == "timeout" else "interrupted"
+                f = WorkerFailure(i, kind, ename=outcome.ename if outcome else "",
+                                  evalue=outcome.evalue if outcome else "",
+                                  traceback=outcome.traceback if outcome else [])
+                failures.append((_PRIORITY[kind], order, f))
+            elif outcome is not None and outcome.status != "ok":
+                d = diagnose(outcome.ename, outcome.evalue)
+                kind = "consequence" if is_consequential(outcome.ename) else "error"
+                f = WorkerFailure(i, "error", ename=outcome.ename, evalue=outcome.evalue,
+                                  traceback=outcome.traceback, hint=d.hint if d else "")
+                failures.append((_PRIORITY[kind], order, f))
+        failures.sort(key=lambda item: (item[0], item[1]))
+        return [f for _, _, f in failures]
+
+
+def _error_class(trigger: str, dead: dict[int, str]) -> type[ClusterRunError]:
+    if trigger == "interrupted":
+        return ClusterInterrupted
+    if trigger == "timeout":
+        return ClusterTimeoutError
+    if dead:
+        return WorkerDiedError
+    return WorkerError

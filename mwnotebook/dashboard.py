@@ -1,0 +1,358 @@
+"""The live cluster dashboard: one plotly ``FigureWidget`` and a status table, fed by events.
+
+Usage (what ``%%mwtrain`` does)::
+
+    dash = Dashboard(num_workers=2)          # metric="loss" by default
+    dash.display()                           # show it now, in the running cell
+    result = cluster.run(code, on_event=dash)  # Dashboard is an EventSink
+    dash.finish()                            # last update + static copy of the chart
+    dash.records / dash.dataframe()          # the collected metrics as plain data
+
+The chart has one trace per worker (its own, local ``loss``) and, when workers report
+``global_loss``, a "global" trace (the value over all workers). Rows of the status table show
+each worker's state, step, last loss and steps per second; a failed worker's row turns red with
+its error name.
+
+Why the throttle: workers may report thousands of points per second; each widget update is a
+message to the browser. Events only update Python-side state; the frontend gets at most
+``max_updates_per_s`` batched updates (``batch_update``), the last one when the run ends.
+Long series are downsampled for display (:func:`mwnotebook.metrics.downsample`); every point is
+kept in :attr:`records`.
+
+After the run, :meth:`finish` replaces the live widgets (same display ids) by a static copy:
+an ``application/vnd.plotly.v1+json`` + ``text/html`` bundle for the chart and an HTML table for
+the status, so a saved notebook renders without a kernel and a live one shows no duplicate.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .events import Event, WorkerMetrics, WorkerStateChanged
+from .metrics import MetricsStore, as_float, downsample, global_key, is_step_record
+
+log = logging.getLogger(__name__)
+
+_STATE_COLOURS = {
+    "starting": "#6c757d",
+    "running": "#0d6efd",
+    "done": "#198754",
+    "failed": "#dc3545",
+    "stopped": "#6c757d",
+}
+_FAILED_BG = "#f8d7da"
+
+
+@dataclass
+class WorkerStatus:
+    """What the status table shows for one worker."""
+
+    worker: int
+    state: str = "starting"
+    error: str = ""
+    step: float | None = None
+    last_value: float | None = None
+    last_scope: str = ""  # "local" | "global"
+    _recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (worker time, step)
+
+    def steps_per_s(self) -> float | None:
+        """Steps per second over the recent records, from the workers' own timestamps."""
+        if len(self._recent) < 2:
+            return None
+        (t0, s0), (t1, s1) = self._recent[0], self._recent[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else None
+
+
+def _trace_colour(worker: int) -> str:
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+    return palette[worker % len(palette)]
+
+
+class Dashboard:
+    """Live per-worker curves and status for one cluster run (an :data:`EventSink`)."""
+
+    def __init__(self, num_workers: int, *, metric: str = "loss", max_points: int = 2000,
+                 max_updates_per_s: float = 5.0, title: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if num_workers < 1:
+            raise ValueError("num_workers must be at least 1")
+        self.num_workers = num_workers
+        self.metric = metric
+        self.max_points = max_points
+        self._interval = 1.0 / max_updates_per_s
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._store = MetricsStore()
+        self._status = {w: WorkerStatus(w) for w in range(num_workers)}
+        self._dirty = False
+        self._timer: threading.Timer | None = None
+        self._last_update = -math.inf
+        self._finished = False
+        self._chart_handle: Any = None
+        self._status_handle: Any = None
+        self._global_trace: int | None = None
+        self._title = title or f"{metric} per worker"
+        #: Frontend updates sent (batched chart + table updates) and when, for rate measurements.
+        self.update_times: list[float] = []
+        self.events_seen = 0
+        self.figure = self._make_figure()
+        self.status_widget = self._make_status_widget()
+
+    # -- construction ----------------------------------------------------------------------
+    def _make_figure(self) -> Any:
+        import plotly.graph_objects as go
+
+        fig = go.FigureWidget()
+        for w in range(self.num_workers):
+            fig.add_scatter(x=[], y=[], mode="lines", name=f"worker {w} (local {self.metric})",
+                            line={"color": _trace_colour(w), "width": 1.5})
+        fig.update_layout(
+            title={"text": self._title},
+            xaxis={"title": {"text": "step"}},
+            yaxis={"title": {"text": self.metric}},
+            height=360,
+            margin={"l": 60, "r": 20, "t": 50, "b": 45},
+            legend={"orientation": "h", "y": -0.2},
+            template="plotly_white",
+        )
+        return fig
+
+    def _make_status_widget(self) -> Any:
+        import ipywidgets
+
+        return ipywidgets.HTML(value=self.status_html())
+
+    # -- the event sink --------------------------------------------------------------------
+    def __call__(self, event: Event) -> None:
+        """Take one event (any thread). Cheap: the frontend is updated by :meth:`_maybe_update`."""
+        with self._lock:
+            self.events_seen += 1
+            if isinstance(event, WorkerMetrics):
+                self._on_metrics(event)
+            elif isinstance(event, WorkerStateChanged):
+                status = self._status_for(event.worker)
+                status.state = event.state
+                status.error = event.error if event.state == "failed" else ""
+            else:
+                return
+            self._dirty = True
+            self._maybe_update()
+
+    def _status_for(self, worker: int) -> WorkerStatus:
+        status = self._status.get(worker)
+        if status is None:  # more workers than announced: show them too
+            status = self._status[worker] = WorkerStatus(worker)
+        return status
+
+    def _on_metrics(self, event: WorkerMetrics) -> None:
+        self._store.add(event.worker, event.records)
+        status = self._status_for(event.worker)
+        if status.state == "starting":
+            status.state = "running"
+        gkey = global_key(self.metric)
+        for record in event.records:
+            if not is_step_record(record):
+                continue
+            step = as_float(record.get("step"))
+            if step is None:
+                continue
+            status.step = step
+            stamp = as_float(record.get("time"))
+            if stamp is not None:
+                status._recent.append((stamp, step))
+            if self.metric in record:
+                status.last_value, status.last_scope = as_float(record[self.metric]), "local"
+            elif gkey in record:
+                status.last_value, status.last_scope = as_float(record[gkey]), "global"
+
+    # -- throttled frontend updates ------------------------------------------------------------
+    def _maybe_update(self) -> None:
+        if self._finished:
+            self._push()
+            return
+        wait = self._interval - (self._clock() - self._last_update)
+        if wait <= 0:
+            self._push()
+        elif self._timer is None:
+            self._timer = threading.Timer(wait, self._on_timer)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._dirty:
+                self._push()
+
+    def flush(self) -> None:
+        """Send pending changes to the frontend now (ignores the rate limit)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._dirty:
+                self._push()
+
+    def _push(self) -> None:
+        """One batched frontend update: all traces plus the status table."""
+        self._dirty = False
+        self._last_update = self._clock()
+        self.update_times.append(self._last_update)
+        try:
+            self._update_figure(self.figure)
+            value = self.status_html()
+            if self.status_widget.value != value:
+                self.status_widget.value = value
+        except Exception:  # noqa: BLE001 - a broken display must never break the training run
+            log.exception("mwnotebook dashboard update failed")
+
+    def _update_figure(self, fig: Any) -> None:
+        gx, gy = self._store.global_series(self.metric)
+        if len(gx) and self._global_trace is None:
+            fig.add_scatter(x=[], y=[], mode="lines", name=f"global {self.metric} (all workers)",
+                            line={"color": "black", "width": 2.5, "dash": "dot"})
+            self._global_trace = len(fig.data) - 1
+        with fig.batch_update():
+            for w in range(self.num_workers):
+                x, y = downsample(*self._store.local_series(w, self.metric), self.max_points)
+                trace = fig.data[w]
+                status = self._status[w]
+                name = f"worker {w} (local {self.metric})"
+                if status.state == "failed":
+                    name += f" - failed: {status.error or 'error'}"
+                if trace.name != name:
+                    trace.name = name
+                old_x, old_y = trace.x, trace.y
+                if (old_x is None or len(x) != len(old_x)
+                        or (len(x) and (old_x[-1] != x[-1] or old_y[-1] != y[-1]))):
+                    trace.x, trace.y = x, y
+            if self._global_trace is not None:
+                x, y = downsample(gx, gy, self.max_points)
+                trace = fig.data[self._global_trace]
+                trace.x, trace.y = x, y
+
+    # -- status table ------------------------------------------------------------------------
+    def status_rows(self) -> list[dict[str, Any]]:
+        """The status table as data: one dict per worker."""
+        rows = []
+        for w in sorted(self._status):
+            s = self._status[w]
+            rows.append({"worker": w, "state": s.state, "error": s.error, "step": s.step,
+                         "last": s.last_value, "scope": s.last_scope, "steps_per_s": s.steps_per_s()})
+        return rows
+
+    def status_html(self) -> str:
+        head = "".join(f"<th style='padding:2px 10px;text-align:left'>{h}</th>" for h in
+                       ("worker", "state", "step", f"last {self.metric}", "steps/s"))
+        body = []
+        for row in self.status_rows():
+            failed = row["state"] == "failed"
+            colour = _STATE_COLOURS.get(row["state"], "#000")
+            state = html.escape(row["state"] + (f": {row['error']}" if failed and row["error"] else ""))
+            last = "" if row["last"] is None else f"{row['last']:.4g}"
+            if last and row["scope"] == "global":
+                last += " (global)"
+            cells = [str(row["worker"]), f"<b style='color:{colour}'>{state}</b>",
+                     "" if row["step"] is None else f"{row['step']:g}", last,
+                     "" if row["steps_per_s"] is None else f"{row['steps_per_s']:.1f}"]
+            style = f" style='background:{_FAILED_BG}'" if failed else ""
+            body.append(f"<tr class='mw-worker mw-{row['state']}'{style}>" + "".join(
+                f"<td style='padding:2px 10px'>{c}</td>" for c in cells) + "</tr>")
+        return ("<table class='mw-status' style='border-collapse:collapse;font-family:monospace'>"
+                f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+    # -- display and the end of the run --------------------------------------------------------
+    def display(self) -> None:
+        """Show the status table and the chart in the current cell (each with a display id)."""
+        from IPython.display import display
+
+        self._status_handle = display(self.status_widget, display_id=True)
+        self._chart_handle = display(self.figure, display_id=True)
+
+    def finish(self, result: Any = None) -> None:
+        """The run ended (however): final update, then the static copies replace the widgets.
+
+        ``result`` is accepted for symmetry with ``Cluster.run`` and not needed.
+        """
+        with self._lock:
+            self._finished = True
+            self._dirty = True
+            self.flush()
+            if self._chart_handle is not None:
+                self._chart_handle.update(self.static_bundle(), raw=True)
+            if self._status_handle is not None:
+                self._status_handle.update({"text/html": self.status_html(),
+                                            "text/plain": self.status_text()}, raw=True)
+
+    def static_figure(self) -> Any:
+        """A plain ``go.Figure`` copy of the chart as it is now (downsampled traces)."""
+        import plotly.graph_objects as go
+
+        with self._lock:
+            return go.Figure(self.figure)
+
+    def static_bundle(self) -> dict[str, Any]:
+        """MIME bundle of the final chart: plotly JSON (JupyterLab), HTML (nbconvert), text."""
+        import json
+
+        import plotly.io as pio
+
+        fig = self.static_figure()
+        return {
+            "application/vnd.plotly.v1+json": json.loads(pio.to_json(fig, validate=False)),
+            "text/html": pio.to_html(fig, include_plotlyjs="cdn", full_html=False),
+            "text/plain": self.status_text(),
+        }
+
+    def status_text(self) -> str:
+        parts = []
+        for row in self.status_rows():
+            text = f"worker {row['worker']}: {row['state']}"
+            if row["error"]:
+                text += f" ({row['error']})"
+            if row["step"] is not None:
+                text += f", step {row['step']:g}"
+            if row["last"] is not None:
+                text += f", {self.metric} {row['last']:.4g}"
+            parts.append(text)
+        return "\n".join(parts)
+
+    # -- data ----------------------------------------------------------------------------------
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """Every record received, in arrival order, each with its ``worker``."""
+        with self._lock:
+            return self._store.records
+
+    def dataframe(self) -> Any:
+        """The records as a pandas DataFrame (needs pandas)."""
+        with self._lock:
+            return self._store.to_dataframe()
+
+    @property
+    def store(self) -> MetricsStore:
+        return self._store
+
+    def update_rate(self) -> float:
+        """Frontend updates per second between the first and the last one."""
+        times = self.update_times
+        if len(times) < 2 or times[-1] <= times[0]:
+            return 0.0
+        return (len(times) - 1) / (times[-1] - times[0])
+
+    def max_update_rate(self, window: float = 1.0) -> int:
+        """The most frontend updates seen in any ``window`` seconds (for rate-limit checks)."""
+        best, start = 0, 0
+        times = self.update_times
+        for end in range(len(times)):
+            while times[end] - times[start] > window:
+                start += 1
+            best = max(best, end - start + 1)
+        return best

@@ -1,0 +1,272 @@
+"""The small agent that ``SSHLauncher`` runs on a remote host (stdlib only, Python >= 3.7).
+
+It is never installed on the remote host: the launcher sends this file's source over the SSH
+channel's stdin and the remote interpreter executes it (see ``BOOTSTRAP``). Its configuration,
+including the kernel's HMAC signing key, follows on stdin as one JSON line, so the key never
+appears on a command line or in a process list. Two roles:
+
+``ports``
+    Preflight (Python version, required modules present) and reservation of TCP ports for
+    TensorFlow's gRPC servers on this host. Each port stays bound (``SO_REUSEPORT``, never
+    listening) until stdin closes, so nothing else on the host takes it while TensorFlow, which
+    also sets ``SO_REUSEPORT``, can still bind it. Replies with the ports and the address this
+    host was reached at (the server side of ``SSH_CONNECTION``).
+``kernel``
+    Writes a 0600 connection file (ports 0, loopback only) in a private 0700 directory, starts
+    ``python -m ipykernel_launcher -f FILE`` with the worker's environment, waits until the kernel
+    has bound its sockets and rewritten the file with the real ports, and reports them. Then it
+    obeys ``interrupt`` / ``kill`` lines on stdin. When stdin closes (the notebook stopped the
+    worker, or the SSH connection dropped) or the agent is terminated, the kernel's whole process
+    group is killed and the directory removed. The kernel also gets ``PR_SET_PDEATHSIG`` so that
+    it dies with the agent even if the agent is SIGKILLed.
+
+Every message to the launcher is one JSON line on stdout: ``{"event": ...}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+#: What the launcher runs on the remote host, after ``exec PYTHON -u -c``: read a length line,
+#: then that many characters of agent source, and run it as ``__main__``.
+BOOTSTRAP = (
+    "import sys;n=int(sys.stdin.readline());"
+    "exec(compile(sys.stdin.read(n),'<mwnotebook-remote-agent>','exec'),"
+    "{'__name__':'__main__'})"
+)
+
+_lock = threading.Lock()
+
+
+def send(event: str, **fields: object) -> None:
+    """One JSON line to the launcher; a closed channel is not an error (we are shutting down)."""
+    fields["event"] = event
+    try:
+        with _lock:
+            sys.stdout.write(json.dumps(fields) + "\n")
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def missing_modules(names: list) -> list:
+    """Modules from ``names`` that this interpreter cannot import (checked without importing)."""
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def preflight(config: dict) -> bool:
+    missing = missing_modules(list(config.get("require", [])))
+    if missing:
+        send("error", kind="missing", modules=missing, python=sys.executable,
+             version=sys.version.split()[0])
+        return False
+    return True
+
+
+def server_address() -> str:
+    """The address the SSH client reached this host at (``SSH_CONNECTION``'s third field)."""
+    parts = os.environ.get("SSH_CONNECTION", "").split()
+    return parts[2] if len(parts) >= 3 else socket.gethostname()
+
+
+def reserve_ports(count: int) -> list:
+    held = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("0.0.0.0", 0))
+        held.append(sock)
+    return held
+
+
+def run_ports(config: dict) -> int:
+    if not preflight(config):
+        return 3
+    held = reserve_ports(int(config["count"]))
+    send("ports", ports=[s.getsockname()[1] for s in held], address=server_address(),
+         python=sys.executable, version=sys.version.split()[0])
+    sys.stdin.read()  # hold the ports until the launcher closes the channel
+    for sock in held:
+        sock.close()
+    return 0
+
+
+def _die_with_parent() -> None:
+    """In the kernel child: get SIGKILL when the agent dies, however it dies (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _read_ports(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None  # not there yet, or caught mid-write
+    names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+    ports = {name: int(info.get(name) or 0) for name in names}
+    return ports if all(ports.values()) else None
+
+
+def _tail(path: str, limit: int = 2000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class Kernel:
+    """The kernel child process and its private directory."""
+
+    def __init__(self, config: dict) -> None:
+        self.dir = tempfile.mkdtemp(prefix="mwnotebook-")  # mode 0700
+        self.connection_file = os.path.join(self.dir, "kernel.json")
+        self.log_path = os.path.join(self.dir, "kernel.log")
+        info = {
+            "ip": "127.0.0.1", "transport": "tcp", "key": config["key"],
+            "signature_scheme": config.get("signature_scheme", "hmac-sha256"),
+            "kernel_name": "", "shell_port": 0, "iopub_port": 0, "stdin_port": 0,
+            "control_port": 0, "hb_port": 0,
+        }
+        fd = os.open(self.connection_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in config.get("env", {}).items()})
+        env["JPY_PARENT_PID"] = str(os.getpid())
+        cwd = config.get("cwd") or None
+        if cwd and not os.path.isdir(cwd):
+            cwd = None
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        self._killed = False
+
+    def wait_ports(self, timeout: float) -> dict | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            ports = _read_ports(self.connection_file)
+            if ports:
+                return ports
+            time.sleep(0.02)
+        return None
+
+    def signal(self, sig: int) -> None:
+        try:
+            if sig == signal.SIGINT:
+                os.kill(self.proc.pid, sig)  # ipykernel's own handler turns it into KeyboardInterrupt
+            else:
+                os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill(self) -> None:
+        self._killed = True
+        self.signal(signal.SIGKILL)
+
+    def cleanup(self) -> None:
+        self.signal(signal.SIGKILL)  # anything left in the kernel's process group
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _command_loop(kernel: Kernel) -> None:
+    """Obey the launcher's commands; stdin EOF (stop, or a dropped connection) kills the kernel."""
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "interrupt":
+            kernel.signal(signal.SIGINT)
+        elif command == "kill":
+            break
+    kernel.kill()
+
+
+def describe(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def run_kernel(config: dict) -> int:
+    if not preflight(config):
+        return 3
+    kernel = Kernel(config)
+
+    def on_signal(signum: int, frame: object) -> None:
+        kernel.kill()
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        ports = kernel.wait_ports(float(config.get("timeout", 60)))
+        if ports is None:
+            rc = kernel.proc.poll()
+            kernel.kill()
+            kernel.proc.wait()
+            why = describe(rc) if rc is not None else "did not bind its ports in time"
+            send("error", kind="kernel", detail=f"the kernel {why}", log=_tail(kernel.log_path))
+            return 4
+        send("ready", pid=kernel.proc.pid, ports=ports, python=sys.executable, dir=kernel.dir)
+        threading.Thread(target=_command_loop, args=(kernel,), daemon=True).start()
+        rc = kernel.proc.wait()
+        send("exit", returncode=rc, description=describe(rc),
+             log="" if kernel._killed else _tail(kernel.log_path))
+        return 0
+    finally:
+        kernel.cleanup()
+
+
+def main() -> int:
+    line = sys.stdin.readline()
+    if not line:
+        return 2
+    config = json.loads(line)
+    role = config.get("role")
+    if role == "ports":
+        return run_ports(config)
+    if role == "kernel":
+        return run_kernel(config)
+    send("error", kind="protocol", detail=f"unknown role {role!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    code = main()
+    try:
+        sys.stdout.flush()
+    finally:
+        # os._exit, not sys.exit: a daemon thread may be blocked reading stdin, and interpreter
+        # shutdown can abort on the stdin buffer lock that thread holds.
+        os._exit(code)

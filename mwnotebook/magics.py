@@ -1,0 +1,207 @@
+"""``%%mwtrain`` and ``%mwcluster``: parse arguments, call the Python API, show its results.
+
+Adds no behaviour of its own: everything here is also reachable through :class:`mwnotebook.Cluster`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from typing import Any, NoReturn
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import publish_display_data
+
+from .errors import ConfigError, MWNotebookError
+from .events import Event, EventSink
+from .options import add_cluster_arguments, seconds, spec_from_options
+from .relay import TextRelay
+from .result import RunResult
+from .spec import ClusterSpec
+from .sync import Cluster
+from .views import security_notice, status_bundle, tf_config_bundle
+
+log = logging.getLogger(__name__)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports problems as IPython UsageErrors instead of exiting the kernel."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}\n\n{self.format_usage()}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:  # e.g. --help
+        raise UsageError(message or self.format_help())
+
+
+def mwtrain_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="%%mwtrain", add_help=False, description=(
+        "Run this cell on N TensorFlow worker kernels at once, each with its own TF_CONFIG. Output is "
+        "labelled [worker i]; when any worker fails, the others are stopped and the cell raises. Workers "
+        "and their variables persist between cells with the same options; other options restart them."))
+    add_cluster_arguments(parser)
+    parser.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
+                        help="fail the cell if any worker runs longer than this")
+    parser.add_argument("--no-dashboard", action="store_true", help="no live chart, text output only")
+    parser.add_argument("--export", default=None, metavar="DIR",
+                        help="also write the cell as a script plus one launcher per worker into DIR")
+    return parser
+
+
+def mwcluster_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="%mwcluster", add_help=False, description=(
+        "Manage the notebook's worker cluster: status, start (in the background), restart, stop."))
+    parser.add_argument("action", choices=("status", "start", "restart", "stop"))
+    add_cluster_arguments(parser)
+    return parser
+
+
+class NotebookSession:
+    """The cluster that this notebook's magics share, and what its last cell produced."""
+
+    def __init__(self) -> None:
+        self.cluster: Cluster | None = None
+        self.last_result: RunResult | None = None
+        self._security_notice_shown = False
+
+    def cluster_for(self, spec: ClusterSpec) -> Cluster:
+        """Reuse the running cluster when its spec is the same; otherwise replace it."""
+        if self.cluster is not None and self.cluster.spec == spec:
+            return self.cluster
+        self.stop()
+        self.cluster = Cluster(spec)
+        return self.cluster
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+    def announce(self, cluster: Cluster) -> None:
+        """Show each worker's TF_CONFIG, and the gRPC security notice once per session."""
+        publish_display_data(tf_config_bundle(cluster.tf_configs, _hosts_of(cluster)))
+        if not self._security_notice_shown:
+            self._security_notice_shown = True
+            addresses = [c["cluster"]["worker"][c["task"]["index"]] for c in cluster.tf_configs]
+            print(security_notice(addresses), file=sys.stderr)
+
+
+def _hosts_of(cluster: Cluster) -> list[str]:
+    return [info.host for info in cluster.status()]
+
+
+def _fan_out(*sinks: EventSink) -> EventSink:
+    def deliver(event: Event) -> None:
+        for sink in sinks:
+            sink(event)
+    return deliver
+
+
+def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
+    try:
+        return parser.parse_args(shlex.split(line))
+    except ValueError as exc:  # unbalanced quotes
+        raise UsageError(f"{parser.prog}: cannot parse the options: {exc}") from None
+
+
+def _spec(ns: argparse.Namespace) -> ClusterSpec:
+    try:
+        return spec_from_options(ns)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+@magics_class
+class MWMagics(Magics):
+    def __init__(self, shell: Any, session: NotebookSession | None = None) -> None:
+        super().__init__(shell)
+        self.session = session or NotebookSession()
+
+    @cell_magic
+    def mwtrain(self, line: str, cell: str) -> None:
+        ns = _parse(mwtrain_parser(), line)
+        spec = _spec(ns)
+        if not cell.strip():
+            raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
+        if ns.export:
+            from .export import export_cell  # noqa: PLC0415 - only needed with --export
+
+            written = export_cell(cell, ns.export, spec)
+            print(f"exported to {written}")
+        cluster = self.session.cluster_for(spec)
+        relay = TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m))
+        sinks: list[EventSink] = [relay]
+        dashboard = None
+        if not ns.no_dashboard:
+            dashboard = _make_dashboard(spec.workers)
+            if dashboard is not None:
+                sinks.insert(0, dashboard)
+        on_event = _fan_out(*sinks)
+        try:
+            if not cluster.started:
+                cluster.start()
+                self.session.announce(cluster)
+            result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
+        except MWNotebookError as exc:
+            relay.flush()
+            if dashboard is not None:
+                dashboard.finish(None)
+            if isinstance(exc, ConfigError):
+                raise UsageError(str(exc)) from None
+            raise
+        relay.flush()
+        if dashboard is not None:
+            dashboard.finish(result)
+        self.session.last_result = result
+
+    @line_magic
+    def mwcluster(self, line: str) -> None:
+        ns = _parse(mwcluster_parser(), line)
+        if ns.action == "start":
+            spec = _spec(ns)
+            cluster = self.session.cluster_for(spec)
+            if not cluster.started:
+                cluster.start()
+                self.session.announce(cluster)
+            return
+        cluster = self.session.cluster
+        if ns.action == "stop":
+            self.session.stop()
+            print("mwnotebook: all workers stopped")
+        elif cluster is None:
+            print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
+        elif ns.action == "status":
+            publish_display_data(status_bundle(cluster.status()))
+        elif ns.action == "restart":
+            cluster.restart()
+            print(f"mwnotebook: restarted {cluster.spec.workers} workers")
+
+
+def _make_dashboard(num_workers: int) -> Any:
+    """The live chart, when the dashboard module is available."""
+    try:
+        from .dashboard import Dashboard  # noqa: PLC0415
+    except ImportError:
+        return None
+    dashboard = Dashboard(num_workers)
+    dashboard.display()
+    return dashboard
+
+
+_magics: MWMagics | None = None
+
+
+def register(ipython: Any) -> None:
+    global _magics
+    _magics = MWMagics(ipython)
+    MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
+    MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
+    ipython.register_magics(_magics)
+
+
+def unregister(ipython: Any) -> None:
+    if _magics is not None:
+        _magics.session.stop()

@@ -1,0 +1,208 @@
+"""Pure helpers for metric records: collect them per worker, pick series, downsample, tabulate.
+
+A *record* is one flat dict a worker reported (see :mod:`mwnotebook.worker._report`)::
+
+    {"worker": 0, "step": 12, "time": 1732900000.1, "loss": 0.41, "global_loss": 0.43}
+
+Naming convention (what keeps local and global numbers apart):
+
+* ``loss`` -- the worker's own (local) value, computed on its shard of the batch;
+* ``global_loss`` -- the value over all workers (identical on every worker);
+* records with ``"kind": "epoch"`` are epoch summaries; curves are drawn from step records.
+
+Non-finite floats travel as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (JSON has no
+NaN); :func:`as_float` turns them back into floats.
+
+Nothing here imports TensorFlow, IPython or widgets.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+GLOBAL_PREFIX = "global_"
+#: Keys that describe a record rather than measure something.
+META_KEYS = frozenset({"worker", "step", "time", "kind", "epoch", "batch"})
+
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def as_float(value: Any) -> float | None:
+    """A plotted number from a record value (``None`` when it is not a number)."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return _NONFINITE.get(value)
+    return None
+
+
+def encode_float(value: float) -> float | str:
+    """JSON-safe form of a float: non-finite values become strings (see module docstring)."""
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def global_key(metric: str) -> str:
+    """``loss`` -> ``global_loss``."""
+    return metric if metric.startswith(GLOBAL_PREFIX) else GLOBAL_PREFIX + metric
+
+
+def is_step_record(record: Mapping[str, Any]) -> bool:
+    return record.get("kind", "step") in ("step", "batch")
+
+
+def downsample(
+    xs: Sequence[float] | np.ndarray, ys: Sequence[float] | np.ndarray, max_points: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_points`` points of a series, keeping its shape.
+
+    Min/max decimation: the series is cut into ``max_points // 2`` buckets and each bucket keeps
+    its lowest and highest point (in step order), plus the first and last point of the series.
+    Unlike striding, a loss spike never disappears from the display. ``NaN`` values are kept
+    where a bucket has nothing else (they show as gaps).
+    """
+    x = np.asarray(xs, dtype=float)
+    y = np.asarray(ys, dtype=float)
+    n = len(y)
+    if max_points < 4:
+        raise ValueError("max_points must be at least 4")
+    if n <= max_points:
+        return x, y
+    buckets = (max_points - 2) // 2
+    size = -(-n // buckets)  # ceil
+    rows = -(-n // size)
+    pad = rows * size - n  # < size, so every row holds at least one real point
+    low = np.where(np.isnan(y), np.inf, y)
+    high = np.where(np.isnan(y), -np.inf, y)
+    low = np.concatenate([low, np.full(pad, np.inf)]).reshape(rows, size)
+    high = np.concatenate([high, np.full(pad, -np.inf)]).reshape(rows, size)
+    base = np.arange(rows) * size
+    idx = np.concatenate([base + low.argmin(axis=1), base + high.argmax(axis=1), [0, n - 1]])
+    idx = np.unique(idx[idx < n])
+    return x[idx], y[idx]
+
+
+class _Series:
+    """Append-only x/y columns; growth is amortised O(1) (numpy buffer doubling)."""
+
+    __slots__ = ("_x", "_y", "n")
+
+    def __init__(self) -> None:
+        self._x = np.empty(64)
+        self._y = np.empty(64)
+        self.n = 0
+
+    def append(self, x: float, y: float) -> None:
+        if self.n == len(self._x):
+            self._x = np.concatenate([self._x, np.empty(self.n)])
+            self._y = np.concatenate([self._y, np.empty(self.n)])
+        self._x[self.n] = x
+        self._y[self.n] = y
+        self.n += 1
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._x[: self.n].copy(), self._y[: self.n].copy()
+
+
+class MetricsStore:
+    """Every record of a run, plus per-worker and global series ready to plot.
+
+    ``add`` is O(records); series are kept incrementally so drawing a long run stays cheap.
+    A global series (``global_<metric>``) is the same on every worker, so it is taken from one
+    worker only: the first worker that reported it.
+    """
+
+    def __init__(self) -> None:
+        self._records: list[dict[str, Any]] = []
+        self._local: dict[tuple[int, str], _Series] = {}
+        self._global: dict[str, _Series] = {}
+        self._global_source: dict[str, int] = {}
+
+    def add(self, worker: int, records: Iterable[Mapping[str, Any]]) -> int:
+        """Keep ``records`` from ``worker``; returns how many were added."""
+        count = 0
+        for raw in records:
+            record = dict(raw)
+            record["worker"] = worker
+            self._records.append(record)
+            count += 1
+            if not is_step_record(record):
+                continue
+            step = as_float(record.get("step"))
+            if step is None:
+                continue
+            for key, value in record.items():
+                if key in META_KEYS:
+                    continue
+                y = as_float(value)
+                if y is None:
+                    continue
+                if key.startswith(GLOBAL_PREFIX):
+                    self._add_global(key, worker, step, y)
+                else:
+                    self._local.setdefault((worker, key), _Series()).append(step, y)
+        return count
+
+    def _add_global(self, key: str, worker: int, step: float, y: float) -> None:
+        source = self._global_source.setdefault(key, worker)
+        if worker != source:
+            return  # the same value again, from another worker
+        self._global.setdefault(key, _Series()).append(step, y)
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """All records, in arrival order, each with its ``worker``."""
+        return [dict(r) for r in self._records]
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def workers(self) -> list[int]:
+        return sorted({w for (w, _k) in self._local} | {r["worker"] for r in self._records})
+
+    def metric_names(self) -> list[str]:
+        """Local metric names and global ones (``global_*``) seen in step records."""
+        return sorted({k for (_w, k) in self._local} | set(self._global))
+
+    def local_series(self, worker: int, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of ``metric`` as reported by ``worker``."""
+        series = self._local.get((worker, metric))
+        return series.arrays() if series else (np.empty(0), np.empty(0))
+
+    def global_series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of ``global_<metric>``."""
+        series = self._global.get(global_key(metric))
+        return series.arrays() if series else (np.empty(0), np.empty(0))
+
+    def point_count(self, worker: int, metric: str) -> int:
+        series = self._local.get((worker, metric))
+        return series.n if series else 0
+
+    def to_dataframe(self) -> Any:
+        """The records as a pandas DataFrame (one row per record; needs pandas)."""
+        return records_to_dataframe(self._records)
+
+
+def records_to_dataframe(records: Iterable[Mapping[str, Any]]) -> Any:
+    """A pandas DataFrame of records, non-finite strings turned back into floats."""
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - pandas is a test dependency
+        raise ImportError("records_to_dataframe needs pandas; use the list of records instead") from exc
+    rows = []
+    for record in records:
+        row = {}
+        for key, value in record.items():
+            row[key] = _NONFINITE.get(value, value) if isinstance(value, str) else value
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    front = [c for c in ("worker", "step", "kind", "epoch", "batch", "time") if c in frame.columns]
+    return frame[front + [c for c in frame.columns if c not in front]]

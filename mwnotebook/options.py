@@ -1,0 +1,112 @@
+"""The cluster options shared by ``%%mwtrain``, ``%mwcluster start`` and the ``mwnotebook`` command:
+one argparse definition, one translation into a :class:`ClusterSpec`. Pure."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from .errors import ConfigError
+from .spec import COLLECTIVES, MAX_WORKERS, MIXED_PRECISION, ClusterSpec
+
+
+def whole_number(text: str, *, minimum: int = 1, maximum: int | None = None, name: str = "value") -> int:
+    """Parse a positive whole number with a message that says what was wrong."""
+    try:
+        value = int(text, 10)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = f" and {maximum}" if maximum is not None else ""
+        raise argparse.ArgumentTypeError(
+            f"{name} must be between {minimum}{upper}, got {value}" if upper
+            else f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def worker_count(text: str) -> int:
+    return whole_number(text, minimum=1, maximum=MAX_WORKERS, name="--workers")
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout must be a number of seconds, got {text!r}") from None
+    if not value > 0 or math.isinf(value) or math.isnan(value):
+        raise argparse.ArgumentTypeError(f"--timeout must be > 0 seconds, got {text!r}")
+    return value
+
+
+def env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--env takes KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that decide the cluster (and so whether a running one can be reused)."""
+    parser.add_argument("--workers", "-n", type=worker_count, default=None, metavar="N",
+                        help="number of TensorFlow workers (default 2; with --hosts, one per host)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="hide GPUs from the workers (CUDA_VISIBLE_DEVICES=-1), as the seed does")
+    parser.add_argument("--env", type=env_pair, action="append", default=[], metavar="KEY=VALUE",
+                        help="extra environment variable for every worker (repeatable)")
+    parser.add_argument("--no-legacy-keras", action="store_true",
+                        help="do not set TF_USE_LEGACY_KERAS=1 (it is set by default when tf_keras is "
+                             "installed, because Keras 3 model.fit fails under this strategy)")
+    parser.add_argument("--preload", action="store_true",
+                        help="import TensorFlow in the workers as soon as they start")
+    parser.add_argument("--hosts", default=None, metavar="H1,H2",
+                        help="run workers on these SSH hosts (user@host:port, host*2 for two workers)")
+    parser.add_argument("--workers-per-host", type=lambda t: whole_number(t, name="--workers-per-host"),
+                        default=None, metavar="K", help="workers started on each host of --hosts")
+    parser.add_argument("--python", default=None, metavar="PATH",
+                        help="Python interpreter of the workers (default: the notebook's own)")
+    parser.add_argument("--tf-address", default=None, metavar="ADDR",
+                        help="address the workers reach each other at (remote hosts)")
+    parser.add_argument("--gpus-per-worker", type=lambda t: whole_number(t, name="--gpus-per-worker"),
+                        default=None, metavar="K", help="give each worker K GPUs of its own")
+    parser.add_argument("--collective", choices=COLLECTIVES, default="auto",
+                        help="all-reduce implementation used by mw.strategy() (default auto)")
+    parser.add_argument("--mixed-precision", choices=MIXED_PRECISION, default=None, nargs="?",
+                        const="float16", help="set a mixed precision policy in every worker")
+    parser.add_argument("--xla", action="store_true", help="turn on XLA JIT compilation in every worker")
+
+
+def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
+    """Build the spec; raises :class:`ConfigError` naming the option that is wrong."""
+    env: dict[str, str] = {}
+    for key, value in ns.env:
+        if key in env and env[key] != value:
+            raise ConfigError(f"--env {key} is given twice with different values")
+        env[key] = value
+    hosts: tuple[str, ...] = ()
+    if ns.hosts:
+        hosts = tuple(h.strip() for h in ns.hosts.split(",") if h.strip())
+        if not hosts:
+            raise ConfigError(f"--hosts names no host: {ns.hosts!r}")
+    elif ns.workers_per_host or ns.tf_address:
+        raise ConfigError("--workers-per-host and --tf-address only apply together with --hosts")
+    fields: dict[str, Any] = dict(
+        cpu=ns.cpu, env=env, legacy_keras=False if ns.no_legacy_keras else None, python=ns.python,
+        hosts=hosts, tf_address=ns.tf_address, gpus_per_worker=ns.gpus_per_worker,
+        collective=ns.collective, mixed_precision=ns.mixed_precision, xla=ns.xla, preload=ns.preload)
+    if hosts:
+        if ns.workers_per_host:
+            hosts = tuple(h if "*" in h else f"{h}*{ns.workers_per_host}" for h in hosts)
+            fields["hosts"] = hosts
+        fields["workers"] = _remote_worker_count(hosts, ns.workers)
+    else:
+        fields["workers"] = ns.workers if ns.workers is not None else 2
+    return ClusterSpec(**fields)
+
+
+def _remote_worker_count(hosts: tuple[str, ...], workers: int | None) -> int:
+    total = sum(int(h.rpartition("*")[2]) if "*" in h and h.rpartition("*")[2].isdigit() else 1
+                for h in hosts)
+    if workers is not None and workers != total:
+        raise ConfigError(f"--workers {workers} does not match --hosts, which gives {total} workers")
+    return total

@@ -1,0 +1,47 @@
+"""What a cell run on the cluster produced, per worker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .events import Event, WorkerMetrics, WorkerOutput
+from .worker import ExecutionOutcome
+
+
+@dataclass
+class RunResult:
+    """Outputs, outcomes and metric records of one cell on every worker."""
+
+    num_workers: int
+    outcomes: list[ExecutionOutcome | None] = field(default_factory=list)
+    outputs: list[list[WorkerOutput]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.outcomes:
+            self.outcomes = [None] * self.num_workers
+        if not self.outputs:
+            self.outputs = [[] for _ in range(self.num_workers)]
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, WorkerOutput):
+            self.outputs[event.worker].append(event)
+        elif isinstance(event, WorkerMetrics):
+            self.metrics.extend(event.records)
+
+    def _stream(self, worker: int, name: str) -> str:
+        return "".join(o.content.get("text", "") for o in self.outputs[worker]
+                       if o.msg_type == "stream" and o.content.get("name") == name)
+
+    def stdout(self, worker: int) -> str:
+        """Everything worker ``worker`` printed to stdout during the cell."""
+        return self._stream(worker, "stdout")
+
+    def stderr(self, worker: int) -> str:
+        return self._stream(worker, "stderr")
+
+    @property
+    def ok(self) -> bool:
+        return all(o is not None and o.status == "ok" for o in self.outcomes)

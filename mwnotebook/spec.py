@@ -1,0 +1,119 @@
+"""What a cluster is: :class:`ClusterSpec`, validated before anything starts, and the per-worker
+environment it implies. Pure: no processes, no TensorFlow."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .errors import ConfigError
+from .tf_config import tf_config_json
+
+#: More local workers than this is almost certainly a typo (each one is a full TensorFlow process).
+MAX_WORKERS = 64
+
+#: Variables mwnotebook sets itself for every worker; ``--env`` may not override them.
+RESERVED_ENV = ("TF_CONFIG", "MWNOTEBOOK_WORKER_INDEX", "MWNOTEBOOK_NUM_WORKERS")
+
+COLLECTIVES = ("auto", "ring", "nccl")
+MIXED_PRECISION = ("float16", "bfloat16")
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def tf_keras_installed() -> bool:
+    """True when the ``tf_keras`` package is importable in this interpreter (checked without importing)."""
+    return importlib.util.find_spec("tf_keras") is not None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Everything that decides which worker processes a cluster runs.
+
+    Two specs that compare equal can share one running cluster; any difference needs new processes,
+    because TensorFlow cannot reconfigure its collectives inside a live process.
+    """
+
+    workers: int = 2
+    cpu: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    legacy_keras: bool | None = None  # None: on when tf_keras is installed
+    python: str | None = None
+    hosts: tuple[str, ...] = ()
+    tf_address: str | None = None
+    gpus_per_worker: int | None = None
+    collective: str = "auto"
+    mixed_precision: str | None = None
+    xla: bool = False
+    preload: bool = False
+    startup_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env", dict(self.env))
+        object.__setattr__(self, "hosts", tuple(self.hosts))
+        self._validate()
+
+    def _validate(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int):
+            raise ConfigError(f"workers must be a whole number, got {self.workers!r}")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError(
+                f"workers must be between 1 and {MAX_WORKERS}, got {self.workers}: "
+                "each worker is a separate TensorFlow process")
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not _ENV_NAME.match(key):
+                raise ConfigError(f"--env name {key!r} is not a valid environment variable name")
+            if not isinstance(value, str):
+                raise ConfigError(f"--env {key} must be a string, got {type(value).__name__}")
+            if key in RESERVED_ENV:
+                raise ConfigError(
+                    f"--env {key}=... is not allowed: mwnotebook sets {key} for each worker itself "
+                    "(see %mwcluster status for the values). Remove it, or use --export to write "
+                    "launchers you can edit by hand.")
+        if self.cpu and "CUDA_VISIBLE_DEVICES" in self.env:
+            raise ConfigError("--cpu and --env CUDA_VISIBLE_DEVICES=... conflict: --cpu hides all GPUs; "
+                              "use one or the other")
+        if self.gpus_per_worker is not None:
+            if isinstance(self.gpus_per_worker, bool) or not isinstance(self.gpus_per_worker, int) \
+                    or self.gpus_per_worker < 1:
+                raise ConfigError(f"--gpus-per-worker must be a whole number >= 1, got {self.gpus_per_worker!r}")
+            if self.cpu:
+                raise ConfigError("--cpu and --gpus-per-worker conflict: --cpu hides all GPUs; use one or the other")
+        if self.collective not in COLLECTIVES:
+            raise ConfigError(f"--collective must be one of {', '.join(COLLECTIVES)}, got {self.collective!r}")
+        if self.mixed_precision is not None and self.mixed_precision not in MIXED_PRECISION:
+            raise ConfigError(f"--mixed-precision must be one of {', '.join(MIXED_PRECISION)}, "
+                              f"got {self.mixed_precision!r}")
+        if not self.startup_timeout > 0:
+            raise ConfigError(f"startup_timeout must be > 0 seconds, got {self.startup_timeout!r}")
+
+    @property
+    def use_legacy_keras(self) -> bool:
+        return tf_keras_installed() if self.legacy_keras is None else self.legacy_keras
+
+    @property
+    def interpreter(self) -> str:
+        return self.python or sys.executable
+
+    def worker_env(self, addresses: list[str], index: int,
+                   visible_devices: str | None = None) -> dict[str, str]:
+        """The variables worker ``index`` gets on top of the launcher's base environment.
+
+        ``visible_devices`` is this worker's CUDA_VISIBLE_DEVICES when GPUs are partitioned.
+        """
+        env: dict[str, str] = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+        if self.cpu:
+            env["CUDA_VISIBLE_DEVICES"] = "-1"
+        elif visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices
+        if self.use_legacy_keras:
+            env["TF_USE_LEGACY_KERAS"] = "1"
+        env["MWNOTEBOOK_COLLECTIVE"] = self.collective
+        env.update(self.env)
+        env["TF_CONFIG"] = tf_config_json(addresses, index)
+        env["MWNOTEBOOK_WORKER_INDEX"] = str(index)
+        env["MWNOTEBOOK_NUM_WORKERS"] = str(len(addresses))
+        return env

@@ -1,0 +1,134 @@
+"""The typed, blocking facade over :class:`~mwnotebook.cluster.AsyncCluster` for notebook cells and
+scripts. Every method is explicit (no attribute forwarding), and events from a running cell are
+handed to ``on_event`` in the *caller's* thread, so a notebook's output lands in the right cell."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import weakref
+from typing import Any
+
+from ._runner import background_loop
+from .cluster import AsyncCluster, WorkerInfo
+from .events import Event, EventSink
+from .launchers import Launcher
+from .result import RunResult
+from .spec import ClusterSpec
+
+log = logging.getLogger(__name__)
+
+_DONE = object()
+_live: "weakref.WeakSet[Cluster]" = weakref.WeakSet()
+
+
+class Cluster:
+    """N TensorFlow worker kernels that run code in lockstep.
+
+    >>> with Cluster(workers=2, cpu=True) as cluster:          # doctest: +SKIP
+    ...     result = cluster.run("import os; print(os.environ['TF_CONFIG'])")
+    ...     print(result.stdout(1))
+    """
+
+    def __init__(self, spec: ClusterSpec | None = None, *, launcher: Launcher | None = None,
+                 **spec_fields: Any) -> None:
+        self._core = AsyncCluster(spec, launcher=launcher, **spec_fields)
+        self._loop = background_loop()
+        _live.add(self)
+
+    @property
+    def spec(self) -> ClusterSpec:
+        return self._core.spec
+
+    @property
+    def started(self) -> bool:
+        return self._core.started
+
+    @property
+    def tf_configs(self) -> list[dict[str, Any]]:
+        """Each worker's TF_CONFIG (the same cluster, a different ``task.index``)."""
+        return self._core.tf_configs
+
+    def start(self, on_event: EventSink | None = None) -> "Cluster":
+        """Start every worker (in parallel) and wait until all are ready. Does nothing if running."""
+        self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event)
+        return self
+
+    def run(self, code: str, on_event: EventSink | None = None, timeout: float | None = None) -> RunResult:
+        """Run ``code`` on every worker at once; starts the cluster first if needed.
+
+        Ctrl-C (the notebook's stop button) interrupts every worker; a second Ctrl-C kills them.
+        Raises :class:`~mwnotebook.errors.ClusterRunError` (a subclass says which fault) on failure.
+        """
+        if not self.started:
+            self.start(on_event)
+        return self._run_with_events(lambda sink: self._core.run(code, on_event=sink, timeout=timeout), on_event)
+
+    def _run_with_events(self, make_coro: Any, on_event: EventSink | None) -> Any:
+        events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        future = self._loop.submit(make_coro(events.put))
+        future.add_done_callback(lambda _f: events.put(_DONE))
+        interrupts = 0
+        while True:
+            try:
+                item = events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            except KeyboardInterrupt:
+                interrupts += 1
+                if interrupts == 1:
+                    self._loop.call_soon(self._core.request_abort)
+                else:
+                    future.cancel()
+                    self._loop.run(self._core.kill())
+                    raise
+                continue
+            if item is _DONE:
+                break
+            _deliver(on_event, item)
+        return future.result()
+
+    def interrupt(self) -> None:
+        self._loop.run(self._core.interrupt())
+
+    def restart(self, on_event: EventSink | None = None) -> None:
+        """Replace every worker with a fresh process (same TF_CONFIGs); their variables are lost."""
+        self._run_with_events(lambda sink: self._core.restart(on_event=sink), on_event)
+
+    def stop(self) -> None:
+        """Shut all workers down and release their ports and files. The cluster can be started again."""
+        self._loop.run(self._core.stop())
+
+    def status(self) -> list[WorkerInfo]:
+        return self._loop.run(self._core.status())
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.started else "stopped"
+        return f"<mwnotebook.Cluster workers={self.spec.workers} {state}>"
+
+
+def _deliver(sink: EventSink | None, event: Event) -> None:
+    if sink is None:
+        return
+    try:
+        sink(event)
+    except Exception:  # noqa: BLE001 - a broken observer must not break the run
+        log.exception("event observer failed on %r", event)
+
+
+@atexit.register
+def _kill_all_at_exit() -> None:
+    """Workers never outlive the notebook kernel (they also watch their parent process)."""
+    for cluster in list(_live):
+        if cluster.started:
+            try:
+                cluster._loop.run(cluster._core.kill(), timeout=10)
+            except Exception:  # noqa: BLE001 - best effort at exit
+                log.debug("could not stop a cluster at exit", exc_info=True)

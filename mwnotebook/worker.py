@@ -1,0 +1,132 @@
+"""One worker: a started kernel (any launcher) plus the jupyter_client connection to it.
+
+Messages are read straight off the ZMQ sockets with no polling interval, so a cell's output and
+its completion reach the notebook as soon as the kernel sends them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from jupyter_client.asynchronous import AsyncKernelClient
+
+from .errors import ClusterStartError
+from .launchers.base import KernelHandle
+
+log = logging.getLogger(__name__)
+
+MessageCallback = Callable[[dict[str, Any]], None]
+
+#: IOPub message types that carry cell output.
+OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error",
+                          "clear_output"})
+
+
+@dataclass
+class ExecutionOutcome:
+    """How one worker's execution of a cell ended."""
+
+    status: str  # "ok" | "error" | "aborted"
+    ename: str = ""
+    evalue: str = ""
+    traceback: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Worker:
+    """A worker kernel and its client. Not thread-safe: used from the cluster's event loop only."""
+
+    def __init__(self, handle: KernelHandle, env: dict[str, str]) -> None:
+        self.handle = handle
+        self.env = env
+        self.client = AsyncKernelClient()
+        self.client.load_connection_info(handle.connection_info)
+
+    @property
+    def index(self) -> int:
+        return self.handle.index
+
+    async def connect(self, timeout: float) -> None:
+        """Open the channels and wait until the kernel answers, or fail fast if it dies."""
+        self.client.start_channels()
+        ready = asyncio.ensure_future(self.client.wait_for_ready(timeout=timeout))
+        deadline = time.monotonic() + timeout
+        try:
+            while not ready.done():
+                if not await self.handle.is_alive():
+                    raise ClusterStartError(
+                        f"worker {self.index} on {self.handle.host} exited during start-up "
+                        f"({self.handle.exit_description()}).{self._log_hint()}", worker=self.index,
+                        host=self.handle.host)
+                if time.monotonic() > deadline:
+                    raise ClusterStartError(
+                        f"worker {self.index} on {self.handle.host} did not become ready within "
+                        f"{timeout:.0f} s.{self._log_hint()}", worker=self.index, host=self.handle.host)
+                await asyncio.wait({ready}, timeout=0.1)
+            ready.result()
+        except RuntimeError as exc:  # jupyter_client's own "kernel died" / timeout
+            raise ClusterStartError(f"worker {self.index} did not start: {exc}.{self._log_hint()}",
+                                    worker=self.index, host=self.handle.host) from None
+        finally:
+            if not ready.done():
+                ready.cancel()
+
+    def _log_hint(self) -> str:
+        tail = getattr(self.handle, "log_tail", lambda: "")()
+        return f"\nIts log ends with:\n{tail}" if tail else ""
+
+    async def execute(self, code: str, on_output: MessageCallback, silent: bool = False) -> ExecutionOutcome:
+        """Run ``code``; call ``on_output`` with each output message; return when the kernel is idle.
+
+        Completion needs both the execute_reply and IOPub's ``idle`` for this request, so that every
+        output has been relayed before the outcome is returned.
+        """
+        started = time.monotonic()
+        msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
+                                     stop_on_error=False)
+        reply_task = asyncio.ensure_future(self._reply_for(msg_id))
+        try:
+            while True:
+                msg = await self.client.get_iopub_msg()
+                if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                msg_type = msg["msg_type"]
+                if msg_type == "status" and msg["content"].get("execution_state") == "idle":
+                    break
+                if msg_type in OUTPUT_TYPES:
+                    on_output(msg)
+            reply = await reply_task
+        finally:
+            if not reply_task.done():
+                reply_task.cancel()
+        content = reply["content"]
+        return ExecutionOutcome(
+            status=content.get("status", "error"), ename=content.get("ename", ""),
+            evalue=content.get("evalue", ""), traceback=list(content.get("traceback", [])),
+            seconds=time.monotonic() - started)
+
+    async def _reply_for(self, msg_id: str) -> dict[str, Any]:
+        while True:
+            msg = await self.client.get_shell_msg()
+            if msg.get("parent_header", {}).get("msg_id") == msg_id and msg["msg_type"] == "execute_reply":
+                return msg
+
+    async def shutdown(self, grace: float = 1.0) -> None:
+        """Ask the kernel to exit, then kill it if it has not within ``grace`` seconds."""
+        if await self.handle.is_alive():
+            try:
+                self.client.shutdown()
+                deadline = time.monotonic() + grace
+                while time.monotonic() < deadline and await self.handle.is_alive():
+                    await asyncio.sleep(0.05)
+            except Exception:  # noqa: BLE001 - a broken channel must not stop the kill below
+                log.debug("polite shutdown of worker %d failed", self.index, exc_info=True)
+        await self.kill()
+
+    async def kill(self) -> None:
+        self.client.stop_channels()
+        await self.handle.kill()

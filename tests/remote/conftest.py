@@ -1,0 +1,39 @@
+"""Fixtures for tests against real sshd test hosts in network namespaces (see netns_hosts.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import netns_hosts  # noqa: E402
+
+pytestmark = pytest.mark.remote
+
+
+@pytest.fixture(scope="session")
+def test_net() -> Iterator[netns_hosts.TestNet]:
+    """Two SSH test hosts (``mwhost0``, ``mwhost1``); skips with the reason where they can't exist."""
+    reason = netns_hosts.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    net = netns_hosts.create(2)
+    try:
+        yield net
+    finally:
+        net.destroy()
+
+
+@pytest.fixture
+def ssh_home(test_net: netns_hosts.TestNet, monkeypatch: pytest.MonkeyPatch) -> netns_hosts.TestNet:
+    """Point HOME at the test home, so SSH finds ~/.ssh/config, the key and known_hosts there
+    exactly as it would a user's; no ssh-agent. Checks afterwards that no test left anything
+    running on the hosts."""
+    monkeypatch.setenv("HOME", str(test_net.home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    yield test_net
+    left = test_net.wait_no_leftovers(10)
+    assert not left, f"processes left running on the test hosts: {left}"

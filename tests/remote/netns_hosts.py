@@ -1,0 +1,268 @@
+"""Throwaway SSH test hosts: Linux network namespaces, each with its own address and sshd.
+
+Layout (``TAG`` = this process id in hex, so parallel runs never collide)::
+
+    root namespace:  bridge mwbrTAG  10.213.N.1/24
+                       |-- veth mwvTAG0  <->  eth0 10.213.N.10  in netns mwnb-TAG-0  (sshd :22)
+                       '-- veth mwvTAG1  <->  eth0 10.213.N.11  in netns mwnb-TAG-1  (sshd :22)
+
+The addresses exist only on these interfaces; ``N`` is picked so that the /24 is unused on this
+machine. Keys (host keys, the client key, known_hosts, an ssh client config) live in a temporary
+directory; ``home`` is a directory laid out like a user's home (``home/.ssh/config`` with aliases
+``mwhost0``, ``mwhost1``) so that code under test finds them the way it finds a real user's.
+The namespaces share the root filesystem, so the "remote" Python is this machine's interpreter.
+Needs root; :func:`unavailable_reason` says why not, for a clear skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
+NS_PREFIX = "mwnb-"
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=20)
+
+
+def unavailable_reason() -> str | None:
+    """Why namespace test hosts cannot be made here, or None if they can."""
+    if os.geteuid() != 0:
+        return "remote tests need root to create network namespaces (ip netns add)"
+    for tool in ("ip", SSHD, SSH_KEYGEN):
+        if shutil.which(tool) is None and not Path(tool).exists():
+            return f"remote tests need {tool} (apt-get install iproute2 openssh-server)"
+    probe = f"{NS_PREFIX}probe-{os.getpid():06x}"
+    result = _ip("netns", "add", probe, check=False)
+    if result.returncode != 0:
+        return f"`ip netns add` failed here: {result.stderr.strip()}"
+    _ip("netns", "del", probe, check=False)
+    return None
+
+
+def ns_pids(netns: str) -> set[int]:
+    """Process ids running in a network namespace."""
+    result = _ip("netns", "pids", netns, check=False)
+    return {int(p) for p in result.stdout.split()}
+
+
+def describe_pids(pids: set[int]) -> list[str]:
+    out = []
+    for pid in sorted(pids):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            cmd = "?"
+        out.append(f"{pid}: {cmd[:160]}")
+    return out
+
+
+@dataclass
+class TestHost:
+    index: int
+    netns: str
+    address: str
+    alias: str
+    sshd: subprocess.Popen[bytes] | None = None
+
+    def leftover_pids(self) -> set[int]:
+        """Processes in this host's namespace other than the listening sshd."""
+        listening = {self.sshd.pid} if self.sshd else set()
+        return ns_pids(self.netns) - listening
+
+    def exec(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ip", "netns", "exec", self.netns, *argv], capture_output=True,
+                              text=True, timeout=timeout)
+
+
+@dataclass
+class TestNet:
+    """The bridge, the hosts and the key material. Use :func:`create` / :meth:`destroy`."""
+
+    tag: str
+    subnet: int
+    root: Path
+    hosts: list[TestHost] = field(default_factory=list)
+
+    @property
+    def bridge(self) -> str:
+        return f"mwbr{self.tag}"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.home / ".ssh" / "config"
+
+    def address(self, last: int) -> str:
+        return f"10.213.{self.subnet}.{last}"
+
+    def wait_no_leftovers(self, timeout: float = 10.0) -> dict[str, list[str]]:
+        """Wait until no host runs anything but its sshd; return what is left per host."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = {h.netns: describe_pids(h.leftover_pids()) for h in self.hosts}
+            left = {k: v for k, v in left.items() if v}
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.1)
+
+    def destroy(self) -> None:
+        for host in self.hosts:
+            for pid in ns_pids(host.netns):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if host.sshd is not None:
+                try:
+                    host.sshd.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            _ip("netns", "del", host.netns, check=False)
+        _ip("link", "del", self.bridge, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _pick_subnet() -> int:
+    used = _ip("-o", "-4", "addr", "show").stdout
+    start = os.getpid() % 200 + 20
+    for offset in range(230):
+        n = (start + offset) % 250 + 1
+        if f"10.213.{n}." not in used:
+            return n
+    raise RuntimeError("no free 10.213.N.0/24 test subnet")
+
+
+def _remove_stale() -> None:
+    """Namespaces and bridges left by test runs whose process is gone (a killed pytest)."""
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        parts = name.split("-")
+        if not name.startswith(NS_PREFIX) or len(parts) < 3:
+            continue
+        try:
+            pid = int(parts[1], 16)
+        except ValueError:
+            continue
+        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+            for p in ns_pids(name):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _ip("netns", "del", name, check=False)
+            _ip("link", "del", f"mwbr{parts[1]}", check=False)
+
+
+def _keygen(path: Path, comment: str) -> str:
+    subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                   check=True, capture_output=True, timeout=20)
+    return path.with_suffix(".pub").read_text().strip()
+
+
+def _wait_port(address: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def create(count: int = 2) -> TestNet:
+    """Make ``count`` test hosts; on any failure everything made so far is removed."""
+    _remove_stale()
+    tag = f"{os.getpid():06x}"
+    net = TestNet(tag=tag, subnet=_pick_subnet(), root=Path(tempfile.mkdtemp(prefix="mwnb-ssh-")))
+    try:
+        _build(net, count)
+    except BaseException:
+        net.destroy()
+        raise
+    return net
+
+
+def _build(net: TestNet, count: int) -> None:
+    keys = net.root / "keys"
+    keys.mkdir(mode=0o700)
+    ssh_dir = net.home / ".ssh"
+    ssh_dir.mkdir(parents=True, mode=0o700)
+    client_pub = _keygen(ssh_dir / "id_ed25519", "mwnotebook-test-client")
+    (keys / "authorized_keys").write_text(client_pub + "\n")
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+
+    _ip("link", "add", net.bridge, "type", "bridge")
+    _ip("addr", "add", f"{net.address(1)}/24", "dev", net.bridge)
+    _ip("link", "set", net.bridge, "up")
+
+    known_hosts: list[str] = []
+    config: list[str] = []
+    for i in range(count):
+        host = TestHost(index=i, netns=f"{NS_PREFIX}{net.tag}-{i}", address=net.address(10 + i),
+                        alias=f"mwhost{i}")
+        net.hosts.append(host)
+        veth = f"mwv{net.tag}{i}"
+        _ip("netns", "add", host.netns)
+        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+        _ip("link", "set", veth, "master", net.bridge)
+        _ip("link", "set", veth, "up")
+        _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
+        _ip("-n", host.netns, "link", "set", "eth0", "up")
+        _ip("-n", host.netns, "link", "set", "lo", "up")
+
+        host_key = keys / f"host{i}_ed25519"
+        host_pub = _keygen(host_key, f"mwhost{i}")
+        known_hosts.append(f"{host.address} {' '.join(host_pub.split()[:2])}")
+        sshd_config = keys / f"sshd{i}.conf"
+        sshd_config.write_text("\n".join([
+            f"ListenAddress {host.address}",
+            "Port 22",
+            f"HostKey {host_key}",
+            f"PidFile {keys / f'sshd{i}.pid'}",
+            f"AuthorizedKeysFile {keys / 'authorized_keys'}",
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "AllowTcpForwarding yes",
+            "MaxSessions 64",
+            "MaxStartups 64",
+            "LogLevel ERROR",
+            "",
+        ]))
+        host.sshd = subprocess.Popen(
+            ["ip", "netns", "exec", host.netns, SSHD, "-D", "-e", "-f", str(sshd_config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=open(keys / f"sshd{i}.log", "wb"),
+        )
+        config += [f"Host {host.alias}", f"    HostName {host.address}", "    User root", ""]
+    for host in net.hosts:
+        _wait_port(host.address, 22, timeout=15)
+
+    (ssh_dir / "known_hosts").write_text("\n".join(known_hosts) + "\n")
+    # An alias whose known_hosts holds another key for host 1: a host-key mismatch.
+    other_pub = _keygen(keys / "impostor_ed25519", "impostor")
+    (keys / "known_hosts_mismatch").write_text(
+        f"{net.hosts[-1].address} {' '.join(other_pub.split()[:2])}\n")
+    config += [f"Host {net.hosts[-1].alias}-badkey", f"    HostName {net.hosts[-1].address}",
+               "    User root", f"    UserKnownHostsFile {keys / 'known_hosts_mismatch'}", ""]
+    config += ["Host *", f"    IdentityFile {ssh_dir / 'id_ed25519'}",
+               f"    UserKnownHostsFile {ssh_dir / 'known_hosts'}", ""]
+    net.ssh_config.write_text("\n".join(config))
