@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 LIVENESS_POLL_SECONDS = 0.2
 #: How long interrupted workers get to stop before the group is restarted.
 INTERRUPT_GRACE_SECONDS = 2.0
+#: After one worker fails, how long the others may take to finish by themselves (the same error
+#: everywhere arrives a few milliseconds apart) before they are interrupted.
+SETTLE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,8 @@ class _CellRun:
         self.result.elapsed = time.monotonic() - started
         if trigger is None:
             return self.result
+        if trigger in ("failure", "died"):
+            await self._settle(tasks)
         await self._stop_the_rest(tasks)
         self.result.elapsed = time.monotonic() - started
         failures = self._failures(trigger)
@@ -322,6 +327,12 @@ class _CellRun:
                 await asyncio.wait([*pending, abort_wait], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
         finally:
             abort_wait.cancel()
+
+    async def _settle(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> None:
+        pending = [t for t in tasks.values() if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=SETTLE_SECONDS)
+        self._collect(tasks)
 
     async def _stop_the_rest(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> None:
         running = [w for w in self.workers if not tasks[w.index].done() and w.index not in self.dead]

@@ -179,24 +179,32 @@ class Dashboard:
             return
         wait = self._interval - (self._clock() - self._last_update)
         if wait <= 0:
+            self._cancel_timer()
             self._push()
         elif self._timer is None:
-            self._timer = threading.Timer(wait, self._on_timer)
-            self._timer.daemon = True
-            self._timer.start()
+            timer = threading.Timer(wait, self._on_timer)
+            timer.args = (timer,)
+            timer.daemon = True
+            self._timer = timer
+            timer.start()
 
-    def _on_timer(self) -> None:
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self, timer: threading.Timer) -> None:
         with self._lock:
+            if self._timer is not timer:
+                return  # superseded: an update went out while this timer waited for the lock
             self._timer = None
             if self._dirty:
-                self._push()
+                self._maybe_update()
 
     def flush(self) -> None:
         """Send pending changes to the frontend now (ignores the rate limit)."""
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._cancel_timer()
             if self._dirty:
                 self._push()
 

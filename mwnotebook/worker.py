@@ -51,29 +51,41 @@ class Worker:
         return self.handle.index
 
     async def connect(self, timeout: float) -> None:
-        """Open the channels and wait until the kernel answers, or fail fast if it dies."""
+        """Open the channels and wait until the kernel answers on shell and IOPub; fail fast if it dies.
+
+        jupyter_client's ``wait_for_ready`` judges liveness by heartbeats when no manager owns the
+        kernel, which misfires while a loaded machine is still starting the kernel; the process
+        handle is the truth here.
+        """
         self.client.start_channels()
-        ready = asyncio.ensure_future(self.client.wait_for_ready(timeout=timeout))
         deadline = time.monotonic() + timeout
+        while True:
+            if not await self.handle.is_alive():
+                raise ClusterStartError(
+                    f"worker {self.index} on {self.handle.host} exited during start-up "
+                    f"({self.handle.exit_description()}).{self._log_hint()}", worker=self.index,
+                    host=self.handle.host)
+            if time.monotonic() > deadline:
+                raise ClusterStartError(
+                    f"worker {self.index} on {self.handle.host} did not become ready within "
+                    f"{timeout:.0f} s.{self._log_hint()}", worker=self.index, host=self.handle.host)
+            if await self._answers_kernel_info():
+                return
+
+    async def _answers_kernel_info(self) -> bool:
+        """One kernel_info round trip, plus proof that IOPub is subscribed (its busy/idle arrive)."""
+        msg_id = self.client.kernel_info()
         try:
-            while not ready.done():
-                if not await self.handle.is_alive():
-                    raise ClusterStartError(
-                        f"worker {self.index} on {self.handle.host} exited during start-up "
-                        f"({self.handle.exit_description()}).{self._log_hint()}", worker=self.index,
-                        host=self.handle.host)
-                if time.monotonic() > deadline:
-                    raise ClusterStartError(
-                        f"worker {self.index} on {self.handle.host} did not become ready within "
-                        f"{timeout:.0f} s.{self._log_hint()}", worker=self.index, host=self.handle.host)
-                await asyncio.wait({ready}, timeout=0.1)
-            ready.result()
-        except RuntimeError as exc:  # jupyter_client's own "kernel died" / timeout
-            raise ClusterStartError(f"worker {self.index} did not start: {exc}.{self._log_hint()}",
-                                    worker=self.index, host=self.handle.host) from None
-        finally:
-            if not ready.done():
-                ready.cancel()
+            reply = await self._reply_for(msg_id, "kernel_info_reply", timeout=1.0)
+        except asyncio.TimeoutError:
+            return False
+        if reply is None:
+            return False
+        try:
+            await asyncio.wait_for(self.client.get_iopub_msg(), timeout=0.5)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def _log_hint(self) -> str:
         tail = getattr(self.handle, "log_tail", lambda: "")()
@@ -88,7 +100,7 @@ class Worker:
         started = time.monotonic()
         msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                                      stop_on_error=False)
-        reply_task = asyncio.ensure_future(self._reply_for(msg_id))
+        reply_task = asyncio.ensure_future(self._reply_for(msg_id, "execute_reply"))
         try:
             while True:
                 msg = await self.client.get_iopub_msg()
@@ -109,11 +121,13 @@ class Worker:
             evalue=content.get("evalue", ""), traceback=list(content.get("traceback", [])),
             seconds=time.monotonic() - started)
 
-    async def _reply_for(self, msg_id: str) -> dict[str, Any]:
-        while True:
-            msg = await self.client.get_shell_msg()
-            if msg.get("parent_header", {}).get("msg_id") == msg_id and msg["msg_type"] == "execute_reply":
-                return msg
+    async def _reply_for(self, msg_id: str, msg_type: str, timeout: float | None = None) -> dict[str, Any]:
+        async def wait() -> dict[str, Any]:
+            while True:
+                msg = await self.client.get_shell_msg()
+                if msg.get("parent_header", {}).get("msg_id") == msg_id and msg["msg_type"] == msg_type:
+                    return msg
+        return await asyncio.wait_for(wait(), timeout) if timeout is not None else await wait()
 
     async def shutdown(self, grace: float = 1.0) -> None:
         """Ask the kernel to exit, then kill it if it has not within ``grace`` seconds."""

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shlex
 import socket
 import uuid
@@ -424,5 +425,6 @@ def _describe_connect_error(exc: BaseException, spec: HostSpec, timeout: float) 
     if isinstance(exc, ConnectionRefusedError):
         return "the connection was refused (is sshd running on that port?)"
     if isinstance(exc, OSError):
-        return f"cannot connect: {exc.strerror or exc}"
+        reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+        return f"cannot connect: {reason}"
     return f"SSH connection failed: {type(exc).__name__}: {exc}"

@@ -1,0 +1,393 @@
+"""The ``mwnotebook`` command: run a training script on N TensorFlow workers from a terminal, or
+export it as a cluster job (one launcher per worker).
+
+``run`` drives the same machinery as ``%%mwtrain`` through the public :class:`mwnotebook.Cluster`
+API: live output labelled ``[worker i]``, the failing worker's traceback first, and a
+self-contained HTML report with per-worker loss curves at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import logging
+import re
+import signal
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+from .errors import ClusterRunError, ConfigError, MWNotebookError
+from .events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
+from .options import add_cluster_arguments, spec_from_options
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+DESCRIPTION = """\
+Run a TensorFlow MultiWorkerMirroredStrategy script on N worker processes, each with its own
+TF_CONFIG, exactly as %%mwtrain runs a notebook cell; or export it as launchers for a real cluster."""
+
+EPILOG = """\
+examples:
+  mwnotebook run --workers 2 --cpu train.py
+  mwnotebook run -n 4 --env DATA_DIR=/data --timeout 600 --report run.html train.py
+  mwnotebook run -n 2 train.py -- --epochs 3        (arguments after -- go to the script)
+  mwnotebook export --workers 2 --cpu --out job/ train.py && bash job/run-local.sh
+
+exit status: 0 all workers succeeded, 1 a worker failed or timed out (or could not start),
+2 bad usage, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Workers never outlive the command."""
+
+RUN_EPILOG = """\
+examples:
+  mwnotebook run --workers 2 --cpu train.py
+  mwnotebook run -n 2 --env BATCH=64 --timeout 300 --report report.html train.py
+  mwnotebook run -n 2 train.py -- --epochs 3
+
+The script runs as a cell in each worker kernel: TF_CONFIG is already set when it starts, so it
+must not create TensorFlow ops before its MultiWorkerMirroredStrategy. Inside the script,
+__file__ and sys.argv are set as for "python train.py". Output is printed live, each line
+prefixed with [worker i]. If any worker fails, the others are stopped, the failing worker's
+traceback is printed first and the exit status is 1. Curves in the report come from
+mw.report(...) / the Keras callback; a script that reports nothing still gets a report with each
+worker's status and output.
+
+exit status: 0 success, 1 a worker failed or timed out, 2 bad usage, 130 Ctrl-C, 143 SIGTERM."""
+
+EXPORT_EPILOG = """\
+examples:
+  mwnotebook export --workers 2 --cpu --out job/ train.py
+  bash job/run-local.sh                      # all workers on this machine, logs in job/worker-<i>.log
+  mwnotebook export --hosts gpu1,gpu2 --gpus-per-worker 1 --out job/ train.py
+
+writes job/train.py, job/worker-0.sh ... worker-N-1.sh (TF_CONFIG='...' exec python3 train.py;
+only task.index differs), job/run-local.sh and job/README.md (running on real hosts).
+--python sets the interpreter the launchers exec on the hosts (default: python3).
+A cell's IPython-only lines (%magic, !shell) are disabled in train.py, with a note."""
+
+
+# --------------------------------------------------------------------------- argument parsing
+
+def _ports(text: str) -> list[int]:
+    try:
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ports takes comma-separated port numbers, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="mwnotebook", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=fmt)
+    from . import __version__  # noqa: PLC0415 - avoid a cycle at import time
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what mwnotebook does (to stderr)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = commands.add_parser("run", help="run a script on N local (or --hosts) TensorFlow workers",
+                              description="Run SCRIPT on every worker at once and wait for all of them.",
+                              epilog=RUN_EPILOG, formatter_class=fmt)
+    add_cluster_arguments(run)
+    run.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                     help="stop all workers and fail if the script runs longer than S seconds")
+    run.add_argument("--report", default=None, metavar="FILE",
+                     help="HTML report to write at the end (default: SCRIPT-report.html here)")
+    run.add_argument("--no-report", action="store_true", help="do not write an HTML report")
+    run.add_argument("script", metavar="SCRIPT", help="the training script (Python)")
+    run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
+                     help="arguments for the script (its sys.argv[1:])")
+
+    export = commands.add_parser("export", help="write a script as per-worker launchers for a cluster job",
+                                 description="Write SCRIPT as a cluster job: one launcher per worker.",
+                                 epilog=EXPORT_EPILOG, formatter_class=fmt)
+    add_cluster_arguments(export)
+    export.add_argument("--out", "-o", required=True, metavar="DIR", help="directory to write (created if missing)")
+    export.add_argument("--ports", type=_ports, default=None, metavar="P0,P1,...",
+                        help="TF port of each worker (default: free ports here; 12345 on --hosts)")
+    export.add_argument("script", metavar="SCRIPT", help="the training script (Python)")
+    return parser
+
+
+def _seconds(text: str) -> float:
+    from .options import seconds  # noqa: PLC0415
+
+    return seconds(text)
+
+
+# --------------------------------------------------------------------------- live output
+
+class RunObserver:
+    """Event sink of the CLI: prints worker output live and keeps what the report needs.
+
+    Called from the caller's thread by :class:`mwnotebook.Cluster`; the lock only guards against a
+    future core that calls from another thread.
+    """
+
+    def __init__(self, workers: int, stdout: TextIO, stderr: TextIO) -> None:
+        from .metrics import MetricsStore  # noqa: PLC0415
+        from .relay import TextRelay  # noqa: PLC0415
+
+        self.workers = workers
+        self.relay = TextRelay(stdout, stderr)
+        self.metrics = MetricsStore()
+        self.states = ["starting"] * workers
+        self.errors = [""] * workers
+        self.output: list[list[str]] = [[] for _ in range(workers)]
+        self._ran = False
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            if isinstance(event, WorkerStateChanged):
+                # After a failure the core may restart the group ("starting", "idle"): the report
+                # shows how the run ended, not the fresh kernels.
+                if self._ran and event.state in ("starting", "idle", "stopped"):
+                    return
+                self._ran = self._ran or event.state == "running"
+                self.states[event.worker] = event.state
+                if event.error:
+                    self.errors[event.worker] = event.error
+            elif isinstance(event, WorkerMetrics):
+                self.metrics.add(event.worker, event.records)
+            elif isinstance(event, WorkerOutput):
+                self._keep(event)
+                self.relay(event)
+
+    def _keep(self, event: WorkerOutput) -> None:
+        content = event.content
+        if event.msg_type == "stream":
+            self.output[event.worker].append(content.get("text", ""))
+        elif event.msg_type in ("display_data", "execute_result"):
+            text = content.get("data", {}).get("text/plain")
+            if text:
+                self.output[event.worker].append(text + "\n")
+
+    def flush(self) -> None:
+        with self._lock:
+            self.relay.flush()
+
+    def record_failures(self, exc: ClusterRunError) -> None:
+        """Per-worker verdicts from the run's error (the cause first in ``exc.failures``)."""
+        with self._lock:
+            for failure in exc.failures:
+                self.states[failure.worker] = "failed" if failure.kind in ("error", "died") else failure.kind
+                self.errors[failure.worker] = failure.headline()
+
+
+def _plain(text: str, keep_color: bool) -> str:
+    return text if keep_color else _ANSI.sub("", text)
+
+
+def describe_failure(exc: ClusterRunError, keep_color: bool = False) -> str:
+    """Which worker failed and its traceback first, then what happened to the others."""
+    if not exc.failures:
+        return f"mwnotebook: {exc}"
+    first, rest = exc.failures[0], exc.failures[1:]
+    lines = [f"mwnotebook: {first.headline()}"]
+    label = f"[worker {first.worker}] "
+    for chunk in first.traceback:
+        for line in _plain(chunk, keep_color).splitlines():
+            lines.append(label + line)
+    lines += [f"mwnotebook: {failure.headline()}" for failure in rest]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- HTML report
+
+def _figures_html(observer: RunObserver) -> str:
+    store = observer.metrics
+    local = sorted({name for name in store.metric_names() if not name.startswith("global_")},
+                   key=lambda n: (n != "loss", n))
+    if not local and not store.metric_names():
+        return ('<p class="none">No metrics were reported, so there are no curves. Report them from the '
+                "script with <code>mw.report(step=i, loss=...)</code> or the Keras callback.</p>")
+    import plotly.graph_objects as go  # noqa: PLC0415 - only when there is something to draw
+    import plotly.io as pio  # noqa: PLC0415
+
+    names = local or [n[len("global_"):] for n in store.metric_names()]
+    parts = []
+    for number, metric in enumerate(names):
+        fig = go.Figure()
+        for worker in range(observer.workers):
+            x, y = store.local_series(worker, metric)
+            if len(x):
+                fig.add_trace(go.Scatter(x=x.tolist(), y=y.tolist(), mode="lines", name=f"worker {worker}"))
+        gx, gy = store.global_series(metric)
+        if len(gx):
+            fig.add_trace(go.Scatter(x=gx.tolist(), y=gy.tolist(), mode="lines", name="global",
+                                     line={"dash": "dash", "color": "black"}))
+        fig.update_layout(title=f"{metric} per worker", xaxis_title="step", yaxis_title=metric,
+                          height=380, margin={"l": 50, "r": 20, "t": 50, "b": 40})
+        parts.append(pio.to_html(fig, include_plotlyjs=(number == 0), full_html=False))
+    return "\n".join(parts)
+
+
+def render_report(script: str, observer: RunObserver, verdict: str, elapsed: float,
+                  failure_text: str = "") -> str:
+    """A self-contained HTML page: curves (plotly.js inlined), worker status and output."""
+    esc = html.escape
+    rows = "\n".join(
+        f"<tr><td>{i}</td><td class='{esc(observer.states[i])}'>{esc(observer.states[i])}</td>"
+        f"<td>{esc(observer.errors[i])}</td></tr>" for i in range(observer.workers))
+    outputs = "\n".join(
+        f"<details open><summary>worker {i} output</summary><pre>"
+        f"{esc(_plain(''.join(observer.output[i]), False)) or '(no output)'}</pre></details>"
+        for i in range(observer.workers))
+    failure = f"<h2>Failure</h2><pre class='failure'>{esc(failure_text)}</pre>" if failure_text else ""
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>mwnotebook run: {esc(script)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3em .8em; }}
+pre {{ background: #f6f6f6; padding: .8em; overflow-x: auto; max-height: 30em; }}
+.failed {{ color: #b00; font-weight: bold; }} .done {{ color: #070; }} .failure {{ color: #b00; }}
+.none {{ font-style: italic; }}
+</style></head><body>
+<h1>mwnotebook run: {esc(script)}</h1>
+<p>{observer.workers} workers &middot; {esc(verdict)} &middot; {elapsed:.1f} s &middot; finished {when}</p>
+<h2>Loss curves</h2>
+{_figures_html(observer)}
+<h2>Workers</h2>
+<table><tr><th>worker</th><th>state</th><th>error</th></tr>
+{rows}
+</table>
+{failure}
+<h2>Output</h2>
+{outputs}
+</body></html>
+"""
+
+
+# --------------------------------------------------------------------------- commands
+
+def _script_preamble(script: Path, args: Sequence[str]) -> str:
+    """Make the cell look like ``python SCRIPT ARGS``: ``__file__``, ``sys.argv``, ``sys.path[0]``.
+
+    Run as its own cell before the script so that traceback line numbers match the file.
+    """
+    path = str(script.resolve())
+    return ("import sys as _mw_sys\n"
+            f"_mw_sys.argv = {[path, *args]!r}\n"
+            f"_mw_sys.path.insert(0, {str(script.resolve().parent)!r})\n"
+            f"__file__ = {path!r}\n"
+            "del _mw_sys\n")
+
+
+def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    script = Path(ns.script)
+    try:
+        code = script.read_text()
+    except OSError as exc:
+        print(f"mwnotebook run: cannot read {script}: {exc.strerror or exc}", file=stderr)
+        return EXIT_USAGE
+    args = list(ns.script_args)
+    if args and args[0] == "--":
+        args = args[1:]
+    spec = spec_from_options(ns)
+    report = None if ns.no_report else Path(ns.report or f"{script.stem}-report.html")
+
+    from .sync import Cluster  # noqa: PLC0415 - keeps `--help` and `export` light
+
+    observer = RunObserver(spec.workers, stdout, stderr)
+    keep_color = stderr.isatty()
+    stop_requested = threading.Event()
+    terminated = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        # Same path for Ctrl-C and SIGTERM: the facade interrupts the workers, then we stop them all.
+        stop_requested.set()
+        if signum == signal.SIGTERM:
+            terminated.set()
+        raise KeyboardInterrupt
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = ({sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+                if in_main else {})
+    started = time.monotonic()
+    status, verdict, failure_text = EXIT_OK, "all workers succeeded", ""
+    cluster = Cluster(spec)
+    try:
+        print(f"mwnotebook: starting {spec.workers} workers for {script}", file=stderr, flush=True)
+        cluster.start(on_event=observer)
+        if stop_requested.is_set():  # a signal during start-up (the facade lets start finish first)
+            raise KeyboardInterrupt
+        cluster.run(_script_preamble(script, args))
+        cluster.run(code, on_event=observer, timeout=ns.timeout)
+    except KeyboardInterrupt as exc:
+        observer.flush()
+        if isinstance(exc, ClusterRunError):
+            observer.record_failures(exc)
+        status = EXIT_TERMINATED if terminated.is_set() else EXIT_INTERRUPTED
+        verdict = "terminated" if terminated.is_set() else "interrupted (Ctrl-C)"
+        print(f"mwnotebook: {verdict}; stopping all workers", file=stderr, flush=True)
+    except ClusterRunError as exc:
+        observer.flush()
+        status, verdict = EXIT_FAILED, "failed"
+        observer.record_failures(exc)
+        failure_text = describe_failure(exc, keep_color=False)
+        print(describe_failure(exc, keep_color), file=stderr, flush=True)
+    except MWNotebookError as exc:  # could not start, bad configuration found late
+        observer.flush()
+        status, verdict, failure_text = EXIT_FAILED, "could not run", str(exc)
+        print(f"mwnotebook: {exc}", file=stderr, flush=True)
+    finally:
+        # Stopping must finish even if the user presses Ctrl-C again: no worker may outlive us.
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            cluster.stop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    observer.flush()
+    elapsed = time.monotonic() - started
+    if report is not None:
+        try:
+            report.write_text(render_report(str(script), observer, verdict, elapsed, failure_text))
+            print(f"mwnotebook: report written to {report}", file=stderr)
+        except OSError as exc:
+            print(f"mwnotebook: could not write the report {report}: {exc}", file=stderr)
+    if status == EXIT_OK:
+        print(f"mwnotebook: all {spec.workers} workers succeeded in {elapsed:.1f} s", file=stderr)
+    return status
+
+
+def cmd_export(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    from .export import export_cell  # noqa: PLC0415
+
+    script = Path(ns.script)
+    try:
+        code = script.read_text()
+    except OSError as exc:
+        print(f"mwnotebook export: cannot read {script}: {exc.strerror or exc}", file=stderr)
+        return EXIT_USAGE
+    job = export_cell(code, ns.out, spec_from_options(ns), ports=ns.ports)
+    print(job.summary(), file=stdout)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``mwnotebook`` command; returns the exit status."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if ns.verbose else logging.WARNING,
+                        format="mwnotebook: %(levelname)s %(name)s: %(message)s")
+    try:
+        if ns.command == "run":
+            return cmd_run(ns, sys.stdout, sys.stderr)
+        return cmd_export(ns, sys.stdout, sys.stderr)
+    except ConfigError as exc:
+        parser.exit(EXIT_USAGE, f"mwnotebook {ns.command}: error: {exc}\n")
+    return EXIT_USAGE  # not reached: parser.exit raises SystemExit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Real ipykernel workers, no TensorFlow: the cluster mechanics on their own."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import stat
+import time
+
+import pytest
+
+from mwnotebook import (Cluster, ClusterTimeoutError, WorkerDiedError, WorkerError)
+from mwnotebook.relay import TextRelay
+
+from ..conftest import wait_for_no_workers, worker_processes
+
+pytestmark = pytest.mark.integration
+
+WHOAMI = "import os, json; cfg = json.loads(os.environ['TF_CONFIG']); print(cfg['task']['index'], cfg['cluster']['worker'])"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(workers=3, env={"MW_TEST_FLAG": "yes"}) as c:
+        yield c
+
+
+def test_each_worker_sees_its_own_tf_config(cluster):
+    result = cluster.run(WHOAMI)
+    addresses = cluster.tf_configs[0]["cluster"]["worker"]
+    assert len(set(addresses)) == 3
+    for i in range(3):
+        index, workers = result.stdout(i).split(" ", 1)
+        assert int(index) == i
+        assert workers.strip() == repr(addresses)
+        assert cluster.tf_configs[i]["task"]["index"] == i
+
+
+def test_environment_reaches_every_worker(cluster):
+    result = cluster.run("import os; print(os.environ['MW_TEST_FLAG'], os.environ['TF_CPP_MIN_LOG_LEVEL'])")
+    assert [result.stdout(i) for i in range(3)] == ["yes 2\n"] * 3
+
+
+def test_output_is_labelled_by_worker(cluster):
+    out, err = io.StringIO(), io.StringIO()
+    relay = TextRelay(out, err)
+    cluster.run("import os, sys\ni = os.environ['MWNOTEBOOK_WORKER_INDEX']\nprint('hello from', i)\n"
+                "print('warning from', i, file=sys.stderr)", on_event=relay)
+    relay.flush()
+    assert sorted(out.getvalue().splitlines()) == [f"[worker {i}] hello from {i}" for i in range(3)]
+    assert sorted(err.getvalue().splitlines()) == [f"[worker {i}] warning from {i}" for i in range(3)]
+
+
+def test_state_persists_between_cells(cluster):
+    cluster.run("x = int(__import__('os').environ['MWNOTEBOOK_WORKER_INDEX']) * 10")
+    result = cluster.run("print(x + 1)")
+    assert [result.stdout(i) for i in range(3)] == ["1\n", "11\n", "21\n"]
+
+
+def test_error_on_one_worker_stops_the_others(cluster):
+    pids_before = {info.pid for info in cluster.status()}
+    code = ("import os, time\nif os.environ['MWNOTEBOOK_WORKER_INDEX'] == '2':\n    raise ValueError('bad batch')\n"
+            "time.sleep(60)")
+    started = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        cluster.run(code)
+    elapsed = time.monotonic() - started
+    assert elapsed < 10
+    err = info.value
+    assert err.worker == 2 and err.ename == "ValueError" and "bad batch" in err.evalue
+    assert err.failures[0].worker == 2
+    assert any("bad batch" in line for line in err.traceback)
+    assert "worker 2 raised ValueError: bad batch" in str(err)
+    # The sleeping workers were interrupted; the group restarted and works again.
+    assert err.restarted
+    assert not pids_before & {info.pid for info in cluster.status()}
+    assert cluster.run("print('ok')").stdout(0) == "ok\n"
+
+
+def test_same_error_everywhere_keeps_the_workers(cluster):
+    pids = [info.pid for info in cluster.status()]
+    cluster.run("kept = 41")
+    with pytest.raises(WorkerError) as info:
+        cluster.run("undefined_name")
+    assert not info.value.restarted
+    assert [info.pid for info in cluster.status()] == pids
+    assert cluster.run("print(kept + 1)").stdout(1) == "42\n"
+
+
+def test_timeout_bounds_the_cell(cluster):
+    code = "import os, time\nif os.environ['MWNOTEBOOK_WORKER_INDEX'] == '1':\n    time.sleep(600)"
+    started = time.monotonic()
+    with pytest.raises(ClusterTimeoutError) as info:
+        cluster.run(code, timeout=2)
+    assert time.monotonic() - started < 8
+    assert info.value.failures[0].worker == 1
+    assert info.value.failures[0].kind == "timeout"
+    assert cluster.run("print(1)").stdout(1) == "1\n"
+
+
+def test_killed_worker_is_named_with_its_signal(cluster):
+    victim = cluster.status()[1].pid
+    code = "import time; time.sleep(60)"
+    import threading
+
+    threading.Timer(1.0, os.kill, (victim, signal.SIGKILL)).start()
+    started = time.monotonic()
+    with pytest.raises(WorkerDiedError) as info:
+        cluster.run(code)
+    assert time.monotonic() - started < 6
+    first = info.value.failures[0]
+    assert first.worker == 1 and first.kind == "died" and "SIGKILL" in first.exit_description
+    assert cluster.run("print('back')").stdout(1) == "back\n"
+
+
+def test_connection_files_are_private(cluster):
+    worker = cluster._core._workers[0]
+    handle = worker.handle
+    runtime_dir = os.path.dirname(handle.connection_file)
+    assert stat.S_IMODE(os.stat(runtime_dir).st_mode) & 0o777 == 0o700  # jupyter may add the sticky bit
+    assert stat.S_IMODE(os.stat(handle.connection_file).st_mode) == 0o600
+    info = handle.connection_info
+    assert info["transport"] == "ipc" and info["signature_scheme"] == "hmac-sha256" and info["key"]
+    # One unique socket path per worker.
+    paths = {w.handle.connection_info["ip"] for w in cluster._core._workers}
+    assert len(paths) == 3
+    # The key is not on any command line.
+    key = info["key"].decode() if isinstance(info["key"], bytes) else info["key"]
+    for proc in worker_processes():
+        assert key not in " ".join(proc.cmdline())
+
+
+def test_stop_leaves_no_process():
+    c = Cluster(workers=2)
+    c.start()
+    pids = {info.pid for info in c.status()}
+    assert pids <= {p.pid for p in worker_processes()}
+    c.stop()
+    assert not wait_for_no_workers(pids, timeout=5)
+    # and it can start again
+    c.start()
+    assert c.run("print(2)").stdout(0) == "2\n"
+    c.stop()
+
+
+def test_workers_die_with_their_parent(tmp_path):
+    """A notebook kernel killed with SIGKILL leaves no worker behind (PR_SET_PDEATHSIG + watch)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text("from mwnotebook import Cluster\nimport sys, time\nc = Cluster(workers=2).start()\n"
+                      "print(' '.join(str(i.pid) for i in c.status()), flush=True)\ntime.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = {int(p) for p in parent.stdout.readline().split()}
+        assert len(pids) == 2 and pids <= {p.pid for p in worker_processes()}
+        parent.kill()
+        parent.wait()
+        assert not wait_for_no_workers(pids, timeout=5)
+    finally:
+        parent.kill()

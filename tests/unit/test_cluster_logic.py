@@ -1,0 +1,74 @@
+"""Group logic with a fake launcher: a failed start leaves nothing behind."""
+
+import asyncio
+
+import pytest
+
+from mwnotebook import AsyncCluster, ClusterStartError, ClusterStateError
+from mwnotebook.diagnose import diagnose
+
+
+class FakeHandle:
+    host = "fake"
+    pid = None
+    connection_info: dict = {}
+
+    def __init__(self, index):
+        self.index = index
+        self.killed = False
+
+    async def is_alive(self):
+        return not self.killed
+
+    def exit_description(self):
+        return ""
+
+    async def interrupt(self):
+        pass
+
+    async def kill(self):
+        self.killed = True
+
+
+class FailingLauncher:
+    """Starts worker 0, fails on worker 1."""
+
+    def __init__(self):
+        self.handles = []
+        self.closed = False
+
+    async def tf_addresses(self, count):
+        return [f"127.0.0.1:{1000 + i}" for i in range(count)]
+
+    async def start(self, index, env):
+        if index == 1:
+            raise ClusterStartError("no such interpreter", worker=1)
+        handle = FakeHandle(index)
+        self.handles.append(handle)
+        return handle
+
+    async def close(self):
+        self.closed = True
+
+
+def test_failed_start_kills_started_workers_and_closes_the_launcher():
+    launcher = FailingLauncher()
+    cluster = AsyncCluster(workers=2, launcher=launcher)
+    with pytest.raises(ClusterStartError, match="no such interpreter"):
+        asyncio.run(cluster.start())
+    assert all(h.killed for h in launcher.handles)
+    assert launcher.closed
+    assert not cluster.started
+
+
+def test_run_without_start_is_a_state_error():
+    with pytest.raises(ClusterStateError, match="no cluster is running"):
+        asyncio.run(AsyncCluster(workers=1).run("pass"))
+
+
+def test_diagnoses():
+    d = diagnose("RuntimeError", "Collective ops must be configured at program startup")
+    assert d is not None and d.needs_restart and "strategy first" in d.hint
+    d = diagnose("ModuleNotFoundError", "No module named 'tensorflow'")
+    assert d is not None and "not installed" in d.hint
+    assert diagnose("ValueError", "boom") is None
