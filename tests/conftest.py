@@ -8,27 +8,40 @@ import psutil
 import pytest
 
 
+def is_worker(proc: psutil.Process) -> bool:
+    try:
+        return "mwnotebook.worker_kernel" in proc.cmdline() and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
 def worker_processes() -> list[psutil.Process]:
-    """Every live mwnotebook worker kernel on this machine."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
+    """Live mwnotebook worker kernels started (directly or not) by this test process.
+
+    Other test runs on the same machine have workers of their own; those are not ours to count.
+    """
+    return [p for p in psutil.Process().children(recursive=True) if is_worker(p)]
+
+
+def alive_workers(pids: set[int]) -> set[int]:
+    """Those of ``pids`` that are still live worker kernels, wherever they were reparented."""
+    alive = set()
+    for pid in pids:
         try:
-            cmdline = proc.info["cmdline"] or []
-            if "mwnotebook.worker_kernel" in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            if is_worker(psutil.Process(pid)):
+                alive.add(pid)
+        except psutil.NoSuchProcess:
             continue
-    return found
+    return alive
 
 
 def wait_for_no_workers(pids: set[int], timeout: float = 10.0) -> set[int]:
     """Wait until none of ``pids`` is a live worker; return those still alive at the end."""
     deadline = time.monotonic() + timeout
-    alive = set(pids)
+    alive = alive_workers(pids)
     while alive and time.monotonic() < deadline:
-        alive = {p.pid for p in worker_processes()} & pids
-        if alive:
-            time.sleep(0.1)
+        time.sleep(0.1)
+        alive = alive_workers(alive)
     return alive
 
 

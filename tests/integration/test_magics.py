@@ -1,0 +1,78 @@
+"""The magics in a real (in-process) IPython shell with real worker kernels, no TensorFlow."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from ..conftest import worker_processes
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def shell():
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "mwnotebook")
+    yield ip
+    ip.run_line_magic("mwcluster", "stop")
+
+
+@pytest.mark.parametrize("line, cell", [
+    ("--workers 0", "print(1)"), ("--workers -1", "print(1)"), ("--workers abc", "print(1)"),
+    ("--workers 2.5", "print(1)"), ("--workers 9999", "print(1)"), ("--bogus", "print(1)"),
+    ("--workers 2", "   \n"), ("--env TF_CONFIG={}", "print(1)"), ("--cpu --gpus-per-worker 2", "print(1)"),
+])
+def test_bad_input_raises_usage_error_and_starts_nothing(shell, line, cell):
+    before = {p.pid for p in worker_processes()}
+    with pytest.raises(UsageError):
+        shell.run_cell_magic("mwtrain", line, cell)
+    assert {p.pid for p in worker_processes()} == before
+
+
+def test_help_is_available(shell):
+    doc = shell.find_cell_magic("mwtrain").__doc__
+    assert "--workers" in doc and "--timeout" in doc
+
+
+def test_cells_run_labelled_and_reuse_workers(shell, capsys):
+    shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "import os\nprint('hi', os.environ['MWNOTEBOOK_WORKER_INDEX'])")
+    out = capsys.readouterr()
+    assert "[worker 0] hi 0" in out.out and "[worker 1] hi 1" in out.out
+    assert "no authentication" in out.err  # the one-time security notice
+    first = shell.run_line_magic("mwcluster", "status")
+    pids = {p.pid for p in worker_processes()}
+    shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "print('again')")
+    out = capsys.readouterr()
+    assert "[worker 1] again" in out.out and "no authentication" not in out.err
+    assert {p.pid for p in worker_processes()} == pids  # same processes: reused
+    shell.run_cell_magic("mwtrain", "--workers 3 --no-dashboard", "print('three')")
+    out = capsys.readouterr()
+    assert "[worker 2] three" in out.out
+    assert not pids & {p.pid for p in worker_processes()}  # other topology: new processes
+    assert first is None
+
+
+def test_failure_shows_the_failing_worker_first(shell, capsys):
+    from mwnotebook import WorkerError
+
+    code = "import os, time\nif os.environ['MWNOTEBOOK_WORKER_INDEX'] == '1':\n    1/0\ntime.sleep(30)"
+    with pytest.raises(WorkerError) as info:
+        shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", code)
+    rendered = info.value._render_traceback_()
+    assert "[worker 1] worker 1 raised ZeroDivisionError" in rendered[0]
+    assert any("ZeroDivisionError" in line for line in rendered[1:])
+    shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "print('fine')")
+    assert "[worker 0] fine" in capsys.readouterr().out
+
+
+def test_stop_ends_the_workers(shell, capsys):
+    shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "pass")
+    pids = {p.pid for p in worker_processes()}
+    shell.run_line_magic("mwcluster", "stop")
+    from ..conftest import wait_for_no_workers
+
+    assert not wait_for_no_workers(pids, timeout=5)
+    shell.run_line_magic("mwcluster", "status")
+    assert "no cluster is running" in capsys.readouterr().out

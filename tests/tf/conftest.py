@@ -1,0 +1,26 @@
+"""One two-worker TensorFlow cluster shared by the TensorFlow tests that can honestly share it
+(each cell creates its own strategy; a failure restarts the group, which later tests then reuse)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install -e '.[tensorflow-cpu]'")
+
+from mwnotebook import Cluster  # noqa: E402
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
+SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
+
+
+@pytest.fixture(scope="session")
+def seed_code() -> str:
+    return (DATA / "seed_train.py").read_text()
+
+
+@pytest.fixture(scope="session")
+def tf_cluster():
+    with Cluster(workers=2, cpu=True, preload=True) as cluster:
+        yield cluster
