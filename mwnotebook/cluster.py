@@ -81,6 +81,11 @@ class AsyncCluster:
         return list(self._addresses)
 
     @property
+    def network_isolated(self) -> bool:
+        """True when the workers' TensorFlow ports sit in a private network namespace."""
+        return bool(getattr(self._launcher, "isolated", False))
+
+    @property
     def tf_configs(self) -> list[dict[str, Any]]:
         return [tf_config_for(self._addresses, i) for i in range(len(self._addresses))]
 

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from .errors import ConfigError
-from .spec import COLLECTIVES, MAX_WORKERS, MIXED_PRECISION, ClusterSpec
+from .spec import COLLECTIVES, MAX_WORKERS, MIXED_PRECISION, NETWORK_MODES, ClusterSpec
 
 
 def whole_number(text: str, *, minimum: int = 1, maximum: int | None = None, name: str = "value") -> int:
@@ -74,6 +74,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mixed-precision", choices=MIXED_PRECISION, default=None, nargs="?",
                         const="float16", help="set a mixed precision policy in every worker")
     parser.add_argument("--xla", action="store_true", help="turn on XLA JIT compilation in every worker")
+    parser.add_argument("--network", choices=NETWORK_MODES, default="auto",
+                        help="local workers' TensorFlow ports: 'private' keeps them in a network namespace "
+                             "unreachable from other machines, 'host' puts them on this machine's network, "
+                             "'auto' (default) is private where this machine allows it")
 
 
 def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
@@ -93,7 +97,8 @@ def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
     fields: dict[str, Any] = dict(
         cpu=ns.cpu, env=env, legacy_keras=False if ns.no_legacy_keras else None, python=ns.python,
         hosts=hosts, tf_address=ns.tf_address, gpus_per_worker=ns.gpus_per_worker,
-        collective=ns.collective, mixed_precision=ns.mixed_precision, xla=ns.xla, preload=ns.preload)
+        collective=ns.collective, mixed_precision=ns.mixed_precision, xla=ns.xla, preload=ns.preload,
+        network=ns.network)
     if hosts:
         if ns.workers_per_host:
             hosts = tuple(h if "*" in h else f"{h}*{ns.workers_per_host}" for h in hosts)

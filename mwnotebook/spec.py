@@ -19,6 +19,9 @@ MAX_WORKERS = 64
 RESERVED_ENV = ("TF_CONFIG", "MWNOTEBOOK_WORKER_INDEX", "MWNOTEBOOK_NUM_WORKERS")
 
 COLLECTIVES = ("auto", "ring", "nccl")
+#: Where local workers' TensorFlow ports live: a private network namespace, the host's network, or
+#: the namespace when this machine allows one and the host otherwise.
+NETWORK_MODES = ("auto", "private", "host")
 MIXED_PRECISION = ("float16", "bfloat16")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -49,6 +52,7 @@ class ClusterSpec:
     mixed_precision: str | None = None
     xla: bool = False
     preload: bool = False
+    network: str = "auto"
     startup_timeout: float = 60.0
 
     def __post_init__(self) -> None:
@@ -87,6 +91,11 @@ class ClusterSpec:
         if self.mixed_precision is not None and self.mixed_precision not in MIXED_PRECISION:
             raise ConfigError(f"--mixed-precision must be one of {', '.join(MIXED_PRECISION)}, "
                               f"got {self.mixed_precision!r}")
+        if self.network not in NETWORK_MODES:
+            raise ConfigError(f"--network must be one of {', '.join(NETWORK_MODES)}, got {self.network!r}")
+        if self.hosts and self.network == "private":
+            raise ConfigError("--network private applies to local workers only; remote hosts use their own "
+                              "networks (see notebooks/04_remote_hosts.ipynb for firewalling TF's ports)")
         if not self.startup_timeout > 0:
             raise ConfigError(f"startup_timeout must be > 0 seconds, got {self.startup_timeout!r}")
 

@@ -46,6 +46,11 @@ class Cluster:
         return self._core.started
 
     @property
+    def network_isolated(self) -> bool:
+        """True when the workers' TensorFlow ports are unreachable from other machines."""
+        return self._core.network_isolated
+
+    @property
     def tf_configs(self) -> list[dict[str, Any]]:
         """Each worker's TF_CONFIG (the same cluster, a different ``task.index``)."""
         return self._core.tf_configs

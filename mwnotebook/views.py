@@ -43,6 +43,11 @@ def status_bundle(infos: Sequence[WorkerInfo]) -> dict[str, str]:
     return _table(["worker", "host", "pid", "state", "alive", "TF_CONFIG"], rows, "mwnotebook cluster")
 
 
-def security_notice(addresses: Sequence[str]) -> str:
+ISOLATED_NOTICE = (
+    "Security: the workers' TensorFlow gRPC ports ({ports}) have no authentication; they are kept in a "
+    "private network namespace, unreachable from other machines.")
+
+
+def security_notice(addresses: Sequence[str], isolated: bool = False) -> str:
     ports = ", ".join(a.rpartition(":")[2] for a in addresses)
-    return SECURITY_NOTICE.format(ports=ports)
+    return (ISOLATED_NOTICE if isolated else SECURITY_NOTICE).format(ports=ports)

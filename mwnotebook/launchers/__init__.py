@@ -19,4 +19,4 @@ def make_launcher(spec: "ClusterSpec") -> Launcher:
         from .ssh import SSHLauncher  # imported lazily: asyncssh is only needed for remote hosts
 
         return SSHLauncher.from_spec(spec)
-    return LocalLauncher(python=spec.python)
+    return LocalLauncher(python=spec.python, network=spec.network)

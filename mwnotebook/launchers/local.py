@@ -23,6 +23,7 @@ from jupyter_client.connect import write_connection_file
 from jupyter_client.launcher import launch_kernel
 from jupyter_client.session import new_id_bytes
 
+from ..netns import NamespaceUnavailable, NetworkNamespace
 from ..tf_config import PortReservation, format_address
 
 log = logging.getLogger(__name__)
@@ -109,15 +110,41 @@ class LocalKernelHandle:
 class LocalLauncher:
     """Starts worker kernels on this machine (see :class:`mwnotebook.launchers.base.Launcher`)."""
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, network: str = "auto") -> None:
         self.python = python or sys.executable
+        self.network = network
         self.runtime_dir = tempfile.mkdtemp(prefix="mwnotebook-")  # mkdtemp makes it 0700
         self._reservation: PortReservation | None = None
+        self._namespace: NetworkNamespace | None = None
+        self.network_note = ""
+
+    @property
+    def isolated(self) -> bool:
+        """True when the workers' TensorFlow ports live in a private network namespace."""
+        return self._namespace is not None
 
     async def tf_addresses(self, count: int) -> list[str]:
-        if self._reservation is None:
-            self._reservation = PortReservation.reserve(count)
-        return [format_address("127.0.0.1", port) for port in self._reservation.ports]
+        if self._namespace is None and self._reservation is None:
+            await self._place_ports(count)
+        ports = self._namespace.ports if self._namespace else self._reservation.ports  # type: ignore[union-attr]
+        return [format_address("127.0.0.1", port) for port in ports]
+
+    async def _place_ports(self, count: int) -> None:
+        if self.network in ("auto", "private"):
+            try:
+                self._namespace = await NetworkNamespace.create(count, self.python)
+                return
+            except NamespaceUnavailable as exc:
+                if self.network == "private":
+                    from ..errors import ClusterStartError
+
+                    raise ClusterStartError(
+                        f"--network private: cannot make a network namespace here ({exc}). Use "
+                        "--network host on a trusted network, or allow user namespaces "
+                        "(sysctl kernel.unprivileged_userns_clone=1).") from None
+                self.network_note = f"no private network namespace ({exc})"
+                log.warning("TensorFlow ports stay on the host network: %s", exc)
+        self._reservation = PortReservation.reserve(count)
 
     async def start(self, index: int, env: Mapping[str, str]) -> LocalKernelHandle:
         name = f"worker-{index}-{uuid.uuid4().hex[:8]}"
@@ -131,8 +158,9 @@ class LocalLauncher:
         full_env["MWNOTEBOOK_PARENT_PID"] = str(os.getpid())
         full_env["PYTHONUNBUFFERED"] = "1"
         log_path = os.path.join(self.runtime_dir, f"{name}.log")
-        cmd = [self.python, "-m", "mwnotebook.worker_kernel", "-f", connection_file,
-               "--IPKernelApp.parent_handle=0"]
+        cmd = [self.python, "-m", "mwnotebook.worker_kernel", "-f", connection_file]
+        if self._namespace is not None:
+            cmd = self._namespace.command_prefix() + cmd
         with open(log_path, "wb") as log_file:
             process = await asyncio.to_thread(
                 launch_kernel, cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
@@ -141,6 +169,9 @@ class LocalLauncher:
         return LocalKernelHandle(index, process, dict(info), connection_file, log_path)
 
     async def close(self) -> None:
+        if self._namespace is not None:
+            self._namespace.close()
+            self._namespace = None
         if self._reservation is not None:
             self._reservation.release()
             self._reservation = None

@@ -194,10 +194,9 @@ class SSHKernelHandle:
     def exit_description(self) -> str:
         return self._exit if self._ended.is_set() else ""
 
-    @property
-    def log_tail(self) -> str:
+    def log_tail(self, lines: int = 20) -> str:
         """The end of the kernel's own output when it died by itself (empty otherwise)."""
-        return self._log_tail
+        return "".join(self._log_tail.splitlines(keepends=True)[-lines:])
 
     async def wait(self) -> None:
         """Until the kernel has ended (for tests and watchers)."""

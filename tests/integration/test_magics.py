@@ -41,6 +41,7 @@ def test_cells_run_labelled_and_reuse_workers(shell, capsys):
     out = capsys.readouterr()
     assert "[worker 0] hi 0" in out.out and "[worker 1] hi 1" in out.out
     assert "no authentication" in out.err  # the one-time security notice
+    assert "unreachable from other machines" in out.err  # root here: TF ports in a private namespace
     first = shell.run_line_magic("mwcluster", "status")
     pids = {p.pid for p in worker_processes()}
     shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "print('again')")
