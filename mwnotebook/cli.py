@@ -1,14 +1,15 @@
 """The ``mwnotebook`` command: run a training script on N TensorFlow workers from a terminal, or
 export it as a cluster job (one launcher per worker).
 
-``run`` drives the same machinery as ``%%mwtrain`` through the public :class:`mwnotebook.Cluster`
-API: live output labelled ``[worker i]``, the failing worker's traceback first, and a
+``run`` drives the same machinery as ``%%mwtrain`` through the public
+:class:`mwnotebook.AsyncCluster` API on its own event loop: live output labelled ``[worker i]``, the failing worker's traceback first, and a
 self-contained HTML report with per-worker loss curves at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import html
 import logging
 import re
@@ -16,11 +17,12 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from .errors import ClusterRunError, ConfigError, MWNotebookError
+from .errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError
 from .events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
 from .options import add_cluster_arguments, spec_from_options
 
@@ -125,8 +127,8 @@ def _seconds(text: str) -> float:
 class RunObserver:
     """Event sink of the CLI: prints worker output live and keeps what the report needs.
 
-    Called from the caller's thread by :class:`mwnotebook.Cluster`; the lock only guards against a
-    future core that calls from another thread.
+    Called on the command's event loop; the lock only guards against a core that would call it
+    from another thread.
     """
 
     def __init__(self, workers: int, stdout: TextIO, stderr: TextIO) -> None:
@@ -281,6 +283,85 @@ def _script_preamble(script: Path, args: Sequence[str]) -> str:
             "del _mw_sys\n")
 
 
+@dataclass
+class _Outcome:
+    status: int = EXIT_OK
+    verdict: str = "all workers succeeded"
+    failure_text: str = ""
+
+
+class _SignalPolicy:
+    """Ctrl-C / SIGTERM cancel the command's main task, which then stops every worker. While
+    stopping, further signals are ignored so that no worker outlives the command.
+
+    (An interrupt-then-wait, like the notebook's stop button, would make the core restart the group
+    only for the command to stop it right after; stopping directly is faster.)"""
+
+    def __init__(self, main: "asyncio.Task[Any]") -> None:
+        self.main = main
+        self.stopping = False
+        self.received: int | None = None
+
+    def __call__(self, signum: int) -> None:
+        if self.stopping or self.received is not None:
+            return
+        self.received = signum
+        self.main.cancel()
+
+
+async def _drive(cluster: Any, code: str, preamble: str, observer: RunObserver, timeout: float | None,
+                 stderr: TextIO) -> _Outcome:
+    """Start, run, and always stop the cluster; turn every ending into an exit status."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    policy = _SignalPolicy(main)
+    handled = []
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, policy, sig)
+            handled.append(sig)
+    outcome = _Outcome()
+    # Start in a task of its own that a signal cannot cancel halfway: the core may be creating
+    # kernels at that moment, and stop() must run after they exist, or they would outlive us.
+    start = asyncio.ensure_future(cluster.start(on_event=observer))
+    try:
+        await asyncio.shield(start)
+        await cluster.run(preamble)
+        await cluster.run(code, on_event=observer, timeout=timeout)
+    except (asyncio.CancelledError, ClusterInterrupted) as exc:
+        if isinstance(exc, ClusterInterrupted):
+            observer.record_failures(exc)
+        if policy.received is None:  # cancelled by something other than our signal handler
+            raise
+        terminated = policy.received == signal.SIGTERM
+        outcome = _Outcome(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED,
+                           "terminated (SIGTERM)" if terminated else "interrupted (Ctrl-C)")
+        observer.flush()
+        print(f"mwnotebook: {outcome.verdict}; stopping all workers", file=stderr, flush=True)
+    except ClusterRunError as exc:
+        observer.flush()
+        observer.record_failures(exc)
+        outcome = _Outcome(EXIT_FAILED, "failed", describe_failure(exc, keep_color=False))
+        print(describe_failure(exc, keep_color=stderr.isatty()), file=stderr, flush=True)
+    except MWNotebookError as exc:  # could not start, or a configuration problem found at start
+        observer.flush()
+        outcome = _Outcome(EXIT_FAILED, "could not run", str(exc))
+        print(f"mwnotebook: {exc}", file=stderr, flush=True)
+    finally:
+        policy.stopping = True
+        if not start.done():
+            await asyncio.wait([start], timeout=cluster.spec.startup_timeout + 30)
+        if start.done() and not start.cancelled():
+            start.exception()  # retrieved: it was reported above, or made moot by the signal
+        try:
+            await cluster.stop()
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+    return outcome
+
+
 def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     script = Path(ns.script)
     try:
@@ -294,70 +375,27 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     spec = spec_from_options(ns)
     report = None if ns.no_report else Path(ns.report or f"{script.stem}-report.html")
 
-    from .sync import Cluster  # noqa: PLC0415 - keeps `--help` and `export` light
+    # The command owns its event loop (no background thread): signals are handled on it directly,
+    # and a ClusterInterrupted never has to cross threads.
+    from .cluster import AsyncCluster  # noqa: PLC0415 - keeps `--help` and `export` light
 
     observer = RunObserver(spec.workers, stdout, stderr)
-    keep_color = stderr.isatty()
-    stop_requested = threading.Event()
-    terminated = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        # Same path for Ctrl-C and SIGTERM: the facade interrupts the workers, then we stop them all.
-        stop_requested.set()
-        if signum == signal.SIGTERM:
-            terminated.set()
-        raise KeyboardInterrupt
-
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = ({sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-                if in_main else {})
+    print(f"mwnotebook: starting {spec.workers} workers for {script}", file=stderr, flush=True)
     started = time.monotonic()
-    status, verdict, failure_text = EXIT_OK, "all workers succeeded", ""
-    cluster = Cluster(spec)
-    try:
-        print(f"mwnotebook: starting {spec.workers} workers for {script}", file=stderr, flush=True)
-        cluster.start(on_event=observer)
-        if stop_requested.is_set():  # a signal during start-up (the facade lets start finish first)
-            raise KeyboardInterrupt
-        cluster.run(_script_preamble(script, args))
-        cluster.run(code, on_event=observer, timeout=ns.timeout)
-    except KeyboardInterrupt as exc:
-        observer.flush()
-        if isinstance(exc, ClusterRunError):
-            observer.record_failures(exc)
-        status = EXIT_TERMINATED if terminated.is_set() else EXIT_INTERRUPTED
-        verdict = "terminated" if terminated.is_set() else "interrupted (Ctrl-C)"
-        print(f"mwnotebook: {verdict}; stopping all workers", file=stderr, flush=True)
-    except ClusterRunError as exc:
-        observer.flush()
-        status, verdict = EXIT_FAILED, "failed"
-        observer.record_failures(exc)
-        failure_text = describe_failure(exc, keep_color=False)
-        print(describe_failure(exc, keep_color), file=stderr, flush=True)
-    except MWNotebookError as exc:  # could not start, bad configuration found late
-        observer.flush()
-        status, verdict, failure_text = EXIT_FAILED, "could not run", str(exc)
-        print(f"mwnotebook: {exc}", file=stderr, flush=True)
-    finally:
-        # Stopping must finish even if the user presses Ctrl-C again: no worker may outlive us.
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
-        try:
-            cluster.stop()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    outcome = asyncio.run(_drive(AsyncCluster(spec), code, _script_preamble(script, args), observer,
+                                 ns.timeout, stderr))
     observer.flush()
     elapsed = time.monotonic() - started
     if report is not None:
         try:
-            report.write_text(render_report(str(script), observer, verdict, elapsed, failure_text))
+            report.write_text(render_report(str(script), observer, outcome.verdict, elapsed,
+                                            outcome.failure_text))
             print(f"mwnotebook: report written to {report}", file=stderr)
         except OSError as exc:
             print(f"mwnotebook: could not write the report {report}: {exc}", file=stderr)
-    if status == EXIT_OK:
+    if outcome.status == EXIT_OK:
         print(f"mwnotebook: all {spec.workers} workers succeeded in {elapsed:.1f} s", file=stderr)
-    return status
+    return outcome.status
 
 
 def cmd_export(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:

@@ -70,6 +70,7 @@ class AsyncCluster:
         self._abort: asyncio.Event | None = None
         self._running = False
         self._emit: EventSink = _ignore
+        self._start_task: asyncio.Future[None] | None = None
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -90,9 +91,23 @@ class AsyncCluster:
         return [tf_config_for(self._addresses, i) for i in range(len(self._addresses))]
 
     async def start(self, on_event: EventSink | None = None) -> None:
-        """Start every worker in parallel and wait until all answer. Idempotent."""
+        """Start every worker in parallel and wait until all answer.
+
+        Idempotent; a caller that arrives while a start is under way (say, one begun in the
+        background by ``%mwcluster start``) waits for that start instead of beginning another.
+        """
         if self._workers:
             return
+        if self._start_task is None:
+            self._start_task = asyncio.ensure_future(self._start(on_event))
+        task = self._start_task
+        try:
+            await asyncio.shield(task)
+        finally:
+            if task.done() and self._start_task is task:
+                self._start_task = None
+
+    async def _start(self, on_event: EventSink | None) -> None:
         self._emit = on_event or _ignore
         if self._launcher is None:
             self._launcher = make_launcher(self.spec)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
 
@@ -125,3 +126,28 @@ def partition_gpus_by_host(worker_hosts: Sequence[str], gpus_per_worker: int) ->
         seen[host] = slot + 1
         out.append(",".join(str(slot * gpus_per_worker + j) for j in range(gpus_per_worker)))
     return out
+
+
+def visible_devices_per_worker(spec: Any, *, environ: Mapping[str, str] | None = None,
+                               gpu_count: int | None = None) -> list[str | None]:
+    """Each worker's ``CUDA_VISIBLE_DEVICES`` for a :class:`mwnotebook.ClusterSpec`.
+
+    ``None`` means "leave the launcher's environment as it is". Local workers are partitioned
+    from the GPUs this process sees (:func:`gpu_env_per_worker`); workers on ``spec.hosts`` with
+    :func:`partition_gpus_by_host`. Raises :class:`ConfigError` before anything starts.
+    """
+    workers = spec.workers
+    if spec.cpu and spec.gpus_per_worker is not None:
+        gpu_env_per_worker(workers, cpu=True, gpus_per_worker=spec.gpus_per_worker)  # raises
+    if spec.cpu:
+        return [NO_GPU] * workers
+    if spec.gpus_per_worker is None:
+        return [None] * workers
+    if spec.hosts:
+        from .hosts import worker_hosts
+
+        placement = worker_hosts(spec.hosts, workers)
+        return list(partition_gpus_by_host([str(h.key) for h in placement], spec.gpus_per_worker))
+    envs = gpu_env_per_worker(workers, gpus_per_worker=spec.gpus_per_worker, environ=environ,
+                              gpu_count=gpu_count)
+    return [e["CUDA_VISIBLE_DEVICES"] for e in envs]

@@ -66,6 +66,7 @@ class NotebookSession:
         self.cluster: Cluster | None = None
         self.last_result: RunResult | None = None
         self._security_notice_shown = False
+        self._announced: Cluster | None = None
 
     def cluster_for(self, spec: ClusterSpec) -> Cluster:
         """Reuse the running cluster when its spec is the same; otherwise replace it."""
@@ -81,7 +82,10 @@ class NotebookSession:
             self.cluster = None
 
     def announce(self, cluster: Cluster) -> None:
-        """Show each worker's TF_CONFIG, and the gRPC security notice once per session."""
+        """Show each worker's TF_CONFIG once per cluster, and the gRPC security notice once per session."""
+        if self._announced is cluster:
+            return
+        self._announced = cluster
         publish_display_data(tf_config_bundle(cluster.tf_configs, _hosts_of(cluster)))
         if not self._security_notice_shown:
             self._security_notice_shown = True
@@ -143,7 +147,7 @@ class MWMagics(Magics):
         try:
             if not cluster.started:
                 cluster.start()
-                self.session.announce(cluster)
+            self.session.announce(cluster)
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
         except MWNotebookError as exc:
             relay.flush()
@@ -161,11 +165,11 @@ class MWMagics(Magics):
     def mwcluster(self, line: str) -> None:
         ns = _parse(mwcluster_parser(), line)
         if ns.action == "start":
-            spec = _spec(ns)
-            cluster = self.session.cluster_for(spec)
+            cluster = self.session.cluster_for(_spec(ns))
             if not cluster.started:
-                cluster.start()
-                self.session.announce(cluster)
+                cluster.start_background()
+                print(f"mwnotebook: starting {cluster.spec.workers} workers in the background; the next "
+                      "%%mwtrain with the same options uses them")
             return
         cluster = self.session.cluster
         if ns.action == "stop":

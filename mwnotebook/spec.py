@@ -51,9 +51,11 @@ class ClusterSpec:
     collective: str = "auto"
     mixed_precision: str | None = None
     xla: bool = False
-    preload: bool = False
+    # Neither changes which processes are needed: a cluster started with --preload serves a plain
+    # %%mwtrain of the same topology, and vice versa.
+    preload: bool = field(default=False, compare=False)
     network: str = "auto"
-    startup_timeout: float = 60.0
+    startup_timeout: float = field(default=60.0, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", dict(self.env))

@@ -60,6 +60,13 @@ class Cluster:
         self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event)
         return self
 
+    def start_background(self) -> None:
+        """Begin starting the workers and return at once; the next ``run`` or ``start`` waits for it.
+
+        A failure is not lost: the next ``run``/``start`` raises it.
+        """
+        self._loop.submit(self._core.start())
+
     def run(self, code: str, on_event: EventSink | None = None, timeout: float | None = None) -> RunResult:
         """Run ``code`` on every worker at once; starts the cluster first if needed.
 

@@ -20,6 +20,7 @@ The snippet defines and deletes one function so that the user's namespace stays 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from .errors import ConfigError
@@ -77,19 +78,29 @@ def setup_code(spec: _RecipeSpec | None = None, *, mixed_precision: str | None =
 
 
 def worker_env(spec: Any = None, *, xla: bool | None = None, cpu: bool | None = None,
-               environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment variables a worker needs at process start for the recipes.
+               environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment variables a worker needs at process start for the recipes and its devices.
 
-    Only ``--xla --cpu`` needs one: ``TF_XLA_FLAGS`` gains :data:`CPU_XLA_FLAGS` (appended to any
-    value already in ``environ``/``spec.env``) so that auto-clustering also applies on CPU.
+    Apply *after* ``spec.env`` (a user's own ``--env`` value is kept or extended, never lost):
+
+    - ``--xla --cpu``: ``TF_XLA_FLAGS`` gains :data:`CPU_XLA_FLAGS` (appended to a value from
+      ``environ`` or ``spec.env``), so that auto-clustering also compiles on CPU. Measured:
+      without it, ``set_jit(True)`` on a CPU worker compiles nothing.
+    - several workers sharing the GPUs (no ``--cpu``, no ``--gpus-per-worker``):
+      ``TF_FORCE_GPU_ALLOW_GROWTH=true``; otherwise the first worker's TensorFlow reserves nearly
+      all GPU memory and the others fail with out-of-memory.
     """
     use_xla = bool(xla if xla is not None else getattr(spec, "xla", False))
     on_cpu = bool(cpu if cpu is not None else getattr(spec, "cpu", False))
-    if not (use_xla and on_cpu):
-        return {}
-    base = dict(environ or {})
-    base.update(getattr(spec, "env", None) or {})
-    current = base.get("TF_XLA_FLAGS", "").strip()
-    if CPU_XLA_FLAGS in current.split():
-        return {"TF_XLA_FLAGS": current}
-    return {"TF_XLA_FLAGS": f"{current} {CPU_XLA_FLAGS}".strip()}
+    user_env: Mapping[str, str] = getattr(spec, "env", None) or {}
+    out: dict[str, str] = {}
+    if use_xla and on_cpu:
+        current = (user_env.get("TF_XLA_FLAGS") or (environ or {}).get("TF_XLA_FLAGS", "")).strip()
+        if CPU_XLA_FLAGS not in current.split():
+            current = f"{current} {CPU_XLA_FLAGS}".strip()
+        out["TF_XLA_FLAGS"] = current
+    shared = (spec is not None and not on_cpu and getattr(spec, "gpus_per_worker", None) is None
+              and getattr(spec, "workers", 1) > 1)
+    if shared and "TF_FORCE_GPU_ALLOW_GROWTH" not in user_env:
+        out["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    return out

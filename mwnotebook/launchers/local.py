@@ -158,7 +158,10 @@ class LocalLauncher:
         full_env["MWNOTEBOOK_PARENT_PID"] = str(os.getpid())
         full_env["PYTHONUNBUFFERED"] = "1"
         log_path = os.path.join(self.runtime_dir, f"{name}.log")
-        cmd = [self.python, "-m", "mwnotebook.worker_kernel", "-f", connection_file]
+        # No IPython history in workers: it is one SQLite file that every worker would write and
+        # lock on every cell (the notebook keeps the history of what was run).
+        cmd = [self.python, "-m", "mwnotebook.worker_kernel", "-f", connection_file,
+               "--HistoryManager.enabled=False"]
         if self._namespace is not None:
             cmd = self._namespace.command_prefix() + cmd
         with open(log_path, "wb") as log_file:

@@ -27,7 +27,7 @@ import shlex
 import socket
 import uuid
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import asyncssh
 
@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 _AGENT_SOURCE = Path(__file__).with_name("ssh_remote.py").read_text(encoding="utf-8")
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 DEFAULT_REQUIRE = ("ipykernel", "tensorflow")
+#: Upper bound on SSH connections to one host (each carries up to sshd's MaxSessions sessions).
+MAX_CONNECTIONS_PER_HOST = 16
+
+HostKey = Tuple[str, Optional[str], Optional[int]]
 
 
 def parse_tf_address(value: str | None, placement: Sequence[HostSpec]) -> dict[str, str]:
@@ -80,13 +84,23 @@ class _Agent:
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
 
     @classmethod
-    async def start(cls, conn: asyncssh.SSHClientConnection, host: str, python: str,
-                    config: Mapping[str, Any]) -> "_Agent":
+    async def start(cls, conn: asyncssh.SSHClientConnection, host: str, python: str) -> "_Agent":
+        """Run the agent, which then waits for :meth:`configure`; raises
+        ``asyncssh.ChannelOpenError`` when the connection has no room for another session."""
         command = f"exec {shlex.quote(python)} -u -c {shlex.quote(BOOTSTRAP)}"
         process = await conn.create_process(command, encoding="utf-8")
         agent = cls(process, host)
-        process.stdin.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}{json.dumps(dict(config))}\n")
+        process.stdin.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}")
         return agent
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        """Hand the agent its role and settings (one JSON line: never on a command line)."""
+        self.process.stdin.write(json.dumps(dict(config)) + "\n")
+
+    @property
+    def usable(self) -> bool:
+        """Still running and not yet configured (a spare started ahead of time)."""
+        return not self.process.is_closing() and self.process.exit_status is None
 
     async def _drain_stderr(self) -> None:
         with contextlib.suppress(Exception):
@@ -96,15 +110,15 @@ class _Agent:
 
     async def next_event(self) -> dict[str, Any] | None:
         """The next JSON event, or None when the channel closed."""
-        line = await self.process.stdout.readline()
-        if not line:
-            return None
-        try:
-            event = json.loads(line)
-        except ValueError:
+        while line := await self.process.stdout.readline():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            if isinstance(event, dict):
+                return event
             log.debug("unexpected line from the agent on %s: %r", self.host, line)
-            return await self.next_event()
-        return event if isinstance(event, dict) else await self.next_event()
+        return None
 
     def send(self, line: str) -> None:
         with contextlib.suppress(Exception):
@@ -247,9 +261,13 @@ class SSHLauncher:
         self.cwd = cwd
         self._tf_override = parse_tf_address(tf_address, self.placement)
         self._ssh_options = dict(ssh_options or {})
-        self._conns: dict[tuple[str, str | None, int | None], asyncssh.SSHClientConnection] = {}
-        self._conn_locks: dict[tuple[str, str | None, int | None], asyncio.Lock] = {}
+        # Per host: its connections, newest last. A connection that refused a new session (sshd's
+        # MaxSessions, 10 by default) is "full"; later sessions go to a new connection.
+        self._conns: dict[HostKey, list[asyncssh.SSHClientConnection]] = {}
+        self._full: set[asyncssh.SSHClientConnection] = set()
+        self._conn_locks: dict[HostKey, asyncio.Lock] = {}
         self._holders: list[_Agent] = []
+        self._spares: dict[int, tuple[asyncssh.SSHClientConnection, _Agent]] = {}
         self._handles: list[SSHKernelHandle] = []
 
     @classmethod
@@ -268,11 +286,12 @@ class SSHLauncher:
     # -- connections ---------------------------------------------------------------------------
 
     async def _connect(self, spec: HostSpec) -> asyncssh.SSHClientConnection:
+        """A live connection to ``spec``'s host with room for another session."""
         lock = self._conn_locks.setdefault(spec.key, asyncio.Lock())
         async with lock:
-            conn = self._conns.get(spec.key)
-            if conn is not None and not conn.is_closed():
-                return conn
+            for conn in reversed(self._conns.get(spec.key, [])):
+                if conn not in self._full and not conn.is_closed():
+                    return conn
             options: dict[str, Any] = {"keepalive_interval": 15, "keepalive_count_max": 4,
                                        "connect_timeout": self.connect_timeout}
             if spec.user:
@@ -283,14 +302,25 @@ class SSHLauncher:
             try:
                 conn = await asyncio.wait_for(asyncssh.connect(spec.host, **options),
                                               self.connect_timeout + 1)
-            except BaseException as exc:
-                if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
-                    raise
-                raise ClusterStartError(f"{spec.target}: {_describe_connect_error(exc, spec, self.connect_timeout)}",
-                                        host=spec.target) from None
+            except Exception as exc:  # asyncssh, socket and timeout errors alike
+                reason = _describe_connect_error(exc, spec, self.connect_timeout)
+                raise ClusterStartError(f"{spec.target}: {reason}", host=spec.target) from None
             log.debug("connected to %s", spec.target)
-            self._conns[spec.key] = conn
+            self._conns.setdefault(spec.key, []).append(conn)
             return conn
+
+    async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, _Agent]:
+        """Start the agent on ``spec``'s host, on a new connection if the current one is full."""
+        for _ in range(MAX_CONNECTIONS_PER_HOST):
+            conn = await self._connect(spec)
+            try:
+                return conn, await _Agent.start(conn, spec.target, self.python)
+            except asyncssh.ChannelOpenError as exc:
+                log.debug("%s refused another session (%s); opening another connection",
+                          spec.target, exc.reason)
+                self._full.add(conn)
+        raise ClusterStartError(f"{spec.target}: the SSH server refused more sessions "
+                                f"(after {MAX_CONNECTIONS_PER_HOST} connections)", host=spec.target)
 
     # -- TensorFlow addresses ------------------------------------------------------------------
 
@@ -300,19 +330,23 @@ class SSHLauncher:
             raise ConfigError(f"{count} workers requested but the hosts have "
                               f"{len(self.placement)} worker slots")
         await self._release_ports()
-        by_host: dict[tuple[str, str | None, int | None], list[int]] = {}
+        by_host: dict[HostKey, list[int]] = {}
         for index, spec in enumerate(self.placement):
             by_host.setdefault(spec.key, []).append(index)
         addresses: list[str] = [""] * count
 
         async def reserve(indices: list[int]) -> None:
             spec = self.placement[indices[0]]
-            conn = await self._connect(spec)
-            agent = await _Agent.start(conn, spec.target, self.python,
-                                       {"role": "ports", "count": len(indices),
-                                        "require": list(self.require)})
+            _, agent = await self._run_agent(spec)
             self._holders.append(agent)
-            event = await self._first_event(agent, spec, self.connect_timeout + 10)
+            agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
+            # While the host answers, start the kernels' agents: their interpreters load in
+            # parallel, and start() only has to hand each its configuration.
+            spares = asyncio.ensure_future(self._start_spares(indices))
+            try:
+                event = await self._first_event(agent, spec, self.connect_timeout + 10)
+            finally:
+                await spares
             host_address = self._tf_override.get(spec.target) or str(event["address"])
             for index, port in zip(indices, event["ports"]):
                 addresses[index] = format_address(host_address, int(port))
@@ -326,9 +360,19 @@ class SSHLauncher:
         log.info("TensorFlow addresses: %s", addresses)
         return addresses
 
+    async def _start_spares(self, indices: list[int]) -> None:
+        for index in indices:
+            try:
+                self._spares[index] = await self._run_agent(self.placement[index])
+            except Exception:  # start() will try again and report the problem
+                log.debug("no spare agent for worker %d", index, exc_info=True)
+                return
+
     async def _release_ports(self) -> None:
         holders, self._holders = self._holders, []
-        await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
+        spares, self._spares = list(self._spares.values()), {}
+        await asyncio.gather(*(h.close() for h in holders), *(a.close() for _, a in spares),
+                             return_exceptions=True)
 
     async def _first_event(self, agent: _Agent, spec: HostSpec, timeout: float) -> dict[str, Any]:
         """The agent's first event, raising ClusterStartError (naming the host) for failures."""
@@ -361,15 +405,21 @@ class SSHLauncher:
             raise
 
     async def _start(self, index: int, spec: HostSpec, env: Mapping[str, str]) -> SSHKernelHandle:
-        conn = await self._connect(spec)
         key = str(uuid.uuid4())
-        agent = await _Agent.start(conn, spec.target, self.python, {
-            "role": "kernel", "key": key, "signature_scheme": "hmac-sha256",
-            "env": dict(env), "require": list(self.require), "cwd": self.cwd,
-            "timeout": self.startup_timeout,
-        })
+        spare = self._spares.pop(index, None)
+        if spare is not None and spare[1].usable and not spare[0].is_closed():
+            conn, agent = spare
+        else:
+            if spare is not None:
+                await spare[1].close()
+            conn, agent = await self._run_agent(spec)
         listeners: list[asyncssh.SSHListener] = []
         try:
+            agent.configure({
+                "role": "kernel", "key": key, "signature_scheme": "hmac-sha256",
+                "env": dict(env), "require": list(self.require), "cwd": self.cwd,
+                "timeout": self.startup_timeout,
+            })
             event = await self._first_event(agent, spec, self.startup_timeout + 5)
             if event.get("event") != "ready":
                 raise ClusterStartError(f"{spec.target}: unexpected agent reply {event.get('event')!r}",
@@ -388,7 +438,7 @@ class SSHLauncher:
             raise
         handle = SSHKernelHandle(index, spec, agent, int(event["pid"]), listeners, info)
         handle.remote_dir = str(event.get("dir", ""))
-        self._handles.append(handle)
+        self._handles = [h for h in self._handles if not h._ended.is_set()] + [handle]
         log.info("worker %d: kernel pid %s on %s", index, handle.pid, spec.target)
         return handle
 
@@ -397,7 +447,8 @@ class SSHLauncher:
         handles, self._handles = self._handles, []
         await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
         await self._release_ports()
-        conns, self._conns = list(self._conns.values()), {}
+        conns = [conn for host_conns in self._conns.values() for conn in host_conns]
+        self._conns, self._full = {}, set()
         for conn in conns:
             conn.close()
         for conn in conns:

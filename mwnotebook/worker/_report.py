@@ -56,7 +56,7 @@ class _Lazy:
 
 def _to_number(value: Any) -> Any:
     """A plain Python number from a float, numpy scalar, size-1 array or (eager) tensor."""
-    if isinstance(value, (bool, int, float)) or value is None:
+    if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     if isinstance(value, _Lazy):
         return value.resolve()
@@ -73,7 +73,12 @@ def _to_number(value: Any) -> Any:
 
 
 def _json_value(value: Any) -> Any:
-    value = _to_number(value)
+    """JSON-safe number (or string) for a record; ``None`` with a warning when not convertible."""
+    try:
+        value = _to_number(value)
+    except (TypeError, ValueError) as exc:  # a bad metric must not break the training loop
+        log.warning("mwnotebook.worker.report: dropped a value that is not a number: %s", exc)
+        return None
     if isinstance(value, float):
         return encode_float(value)
     return value
@@ -240,6 +245,8 @@ class Reporter:
 
     def _post_run_cell(self, result: Any = None) -> None:
         self.flush()
+        with self._lock:
+            self._next_step = 0  # each cell is a new run (and a new chart): default steps restart
 
 
 _REPORTER: Reporter | None = None
@@ -262,7 +269,7 @@ def report(step: Any = None, **metrics: Any) -> None:
     computes on its own shard ``loss`` (one curve per worker) and a value reduced over all workers
     ``global_loss`` (one "global" curve). Values may be Python or numpy numbers, tensors or
     variables; inside a ``tf.function`` they are recorded when the step runs. ``step`` defaults
-    to one more than the previous step. Outside a kernel (a plain script) reporting does nothing.
+    to one more than the previous step (0 for the first report of a cell). Outside a kernel (a plain script) reporting does nothing.
     """
     reporter().report(step, **metrics)
 

@@ -77,3 +77,19 @@ def test_stop_ends_the_workers(shell, capsys):
     assert not wait_for_no_workers(pids, timeout=5)
     shell.run_line_magic("mwcluster", "status")
     assert "no cluster is running" in capsys.readouterr().out
+
+
+def test_background_start_returns_at_once_and_the_next_cell_uses_it(shell, capsys):
+    import time
+
+    shell.run_line_magic("mwcluster", "stop")
+    started = time.monotonic()
+    shell.run_line_magic("mwcluster", "start --workers 2 --preload")
+    returned_after = time.monotonic() - started
+    assert returned_after < 0.5, returned_after
+    assert "in the background" in capsys.readouterr().out
+    shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "print('warm')")
+    pids = {p.pid for p in worker_processes()}
+    assert "[worker 1] warm" in capsys.readouterr().out
+    shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "print('again')")
+    assert {p.pid for p in worker_processes()} == pids
