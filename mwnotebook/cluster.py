@@ -26,7 +26,7 @@ from .relay import events_from_iopub
 from .result import RunResult
 from .spec import ClusterSpec
 from .tf_config import tf_config_for
-from .worker import ExecutionOutcome, Worker
+from .worker_connection import ExecutionOutcome, Worker
 from .bootstrap import setup_code, visible_devices_per_worker
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .events import Event, WorkerMetrics, WorkerOutput
-from .worker import ExecutionOutcome
+from .worker_connection import ExecutionOutcome
 
 
 @dataclass

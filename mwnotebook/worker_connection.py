@@ -1,4 +1,4 @@
-"""One worker: a started kernel (any launcher) plus the jupyter_client connection to it.
+"""One worker connection: a started kernel (any launcher) plus the jupyter_client connection to it.
 
 Messages are read straight off the ZMQ sockets with no polling interval, so a cell's output and
 its completion reach the notebook as soon as the kernel sends them.

@@ -1,0 +1,15 @@
+"""What cell code running inside a worker imports: ``import mwnotebook.worker as mw``.
+
+- ``mw.report(step=..., **metrics)`` and ``mw.keras_callback()`` send metrics to the notebook's live chart.
+- ``mw.strategy()`` creates the process's one MultiWorkerMirroredStrategy the right way;
+  ``mw.num_replicas()`` and ``mw.global_batch(per_replica)`` size the batch from it.
+
+Nothing here imports TensorFlow until it is needed.
+"""
+
+from __future__ import annotations
+
+from ._report import flush, keras_callback, report
+from ._strategy import global_batch, num_replicas, strategy, visible_devices
+
+__all__ = ["flush", "global_batch", "keras_callback", "num_replicas", "report", "strategy", "visible_devices"]
