@@ -99,13 +99,21 @@ class AsyncCluster:
         if self._workers:
             return
         if self._start_task is None:
-            self._start_task = asyncio.ensure_future(self._start(on_event))
-        task = self._start_task
-        try:
-            await asyncio.shield(task)
-        finally:
-            if task.done() and self._start_task is task:
-                self._start_task = None
+            task = asyncio.ensure_future(self._start(on_event))
+            task.add_done_callback(self._start_finished)
+            self._start_task = task
+        await asyncio.shield(self._start_task)
+
+    def _start_finished(self, task: "asyncio.Future[None]") -> None:
+        if self._start_task is task:
+            self._start_task = None
+        if not task.cancelled():
+            task.exception()  # retrieved here so a failed background start is not logged as lost
+
+    async def _finish_pending_start(self) -> None:
+        """Let a start that is under way complete, so that stop/kill see (and end) every kernel."""
+        if self._start_task is not None:
+            await asyncio.gather(asyncio.shield(self._start_task), return_exceptions=True)
 
     async def _start(self, on_event: EventSink | None) -> None:
         self._emit = on_event or _ignore
@@ -176,6 +184,7 @@ class AsyncCluster:
 
     async def stop(self) -> None:
         """Shut every worker down (politely, then by force) and release ports and files."""
+        await self._finish_pending_start()
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         for i in range(self.spec.workers):
@@ -184,6 +193,7 @@ class AsyncCluster:
 
     async def kill(self) -> None:
         """Stop every worker at once, no questions asked (used at interpreter exit)."""
+        await self._finish_pending_start()
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
         await self._close_launcher()
@@ -218,8 +228,13 @@ class AsyncCluster:
             await asyncio.gather(*(w.handle.interrupt() for w in self._workers))
 
     async def run(self, code: str, on_event: EventSink | None = None,
-                  timeout: float | None = None) -> RunResult:
-        """Run ``code`` on every worker at once. Raises a :class:`ClusterRunError` subclass on failure."""
+                  timeout: float | None = None, restart_on_failure: bool = True) -> RunResult:
+        """Run ``code`` on every worker at once. Raises a :class:`ClusterRunError` subclass on failure.
+
+        ``restart_on_failure=False`` skips the group restart after a fault (for callers that stop
+        the cluster next anyway, like the command-line runner); the error's ``restarted`` says
+        which happened.
+        """
         if not self._workers:
             raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
         if self._running:
@@ -230,7 +245,7 @@ class AsyncCluster:
         self._emit = on_event or _ignore
         self._abort = asyncio.Event()
         try:
-            return await _CellRun(self, code, timeout).run()
+            return await _CellRun(self, code, timeout, restart_on_failure).run()
         finally:
             self._running = False
             self._abort = None
@@ -253,7 +268,8 @@ _PRIORITY = {"died": 0, "timeout": 1, "error": 1, "consequence": 2, "interrupted
 class _CellRun:
     """One cell on every worker: the wait, the abort, and the verdict."""
 
-    def __init__(self, cluster: AsyncCluster, code: str, timeout: float | None) -> None:
+    def __init__(self, cluster: AsyncCluster, code: str, timeout: float | None, restart_allowed: bool) -> None:
+        self.restart_allowed = restart_allowed
         self.cluster = cluster
         self.code = code
         self.timeout = timeout
@@ -286,8 +302,8 @@ class _CellRun:
         await self._stop_the_rest(tasks)
         self.result.elapsed = time.monotonic() - started
         failures = self._failures(trigger)
-        restart = bool(self.interrupted or self.dead) or any(
-            (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures)
+        restart = self.restart_allowed and (bool(self.interrupted or self.dead) or any(
+            (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures))
         if restart:
             await self.cluster.restart(on_event=self.cluster._emit)
         raise _error_class(trigger, self.dead)(failures, restarted=restart)

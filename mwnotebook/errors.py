@@ -10,7 +10,7 @@
         ├── WorkerError             a worker's cell raised (``ename``, ``evalue``, ``traceback``)
         ├── WorkerDiedError         a worker process died (``exit_description`` names the signal)
         ├── ClusterTimeoutError     the cell ran past ``--timeout``
-        └── ClusterInterrupted      the user interrupted the cell (also a KeyboardInterrupt)
+        └── ClusterInterrupted      the user interrupted the cell (Ctrl-C, the notebook's stop button)
 
 Every failure carries the worker index first, because "which worker?" is the first question a
 distributed traceback raises. Messages never contain connection-file contents or signing keys.
@@ -114,5 +114,9 @@ class ClusterTimeoutError(ClusterRunError, TimeoutError):
     """The cell did not finish on every worker before its timeout."""
 
 
-class ClusterInterrupted(ClusterRunError, KeyboardInterrupt):
-    """The user interrupted the cell; all workers were interrupted too."""
+class ClusterInterrupted(ClusterRunError):
+    """The user interrupted the cell; all workers were interrupted too.
+
+    Deliberately not a KeyboardInterrupt: it is raised on the background event loop, where a
+    KeyboardInterrupt would stop the loop itself.
+    """

@@ -8,7 +8,7 @@ import atexit
 import logging
 import queue
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from ._runner import background_loop
 from .cluster import AsyncCluster, WorkerInfo
@@ -57,8 +57,13 @@ class Cluster:
 
     def start(self, on_event: EventSink | None = None) -> "Cluster":
         """Start every worker (in parallel) and wait until all are ready. Does nothing if running."""
-        self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event)
+        self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event, on_interrupt=self._abandon)
         return self
+
+    def _abandon(self) -> None:
+        """Ctrl-C during a start or restart: end every kernel (waiting for launches under way)."""
+        self._loop.run(self._core.kill())
+        raise KeyboardInterrupt
 
     def start_background(self) -> None:
         """Begin starting the workers and return at once; the next ``run`` or ``start`` waits for it.
@@ -67,7 +72,8 @@ class Cluster:
         """
         self._loop.submit(self._core.start())
 
-    def run(self, code: str, on_event: EventSink | None = None, timeout: float | None = None) -> RunResult:
+    def run(self, code: str, on_event: EventSink | None = None, timeout: float | None = None,
+            restart_on_failure: bool = True) -> RunResult:
         """Run ``code`` on every worker at once; starts the cluster first if needed.
 
         Ctrl-C (the notebook's stop button) interrupts every worker; a second Ctrl-C kills them.
@@ -75,9 +81,17 @@ class Cluster:
         """
         if not self.started:
             self.start(on_event)
-        return self._run_with_events(lambda sink: self._core.run(code, on_event=sink, timeout=timeout), on_event)
+        return self._run_with_events(
+            lambda sink: self._core.run(code, on_event=sink, timeout=timeout, restart_on_failure=restart_on_failure),
+            on_event, on_interrupt=lambda: self._loop.call_soon(self._core.request_abort))
 
-    def _run_with_events(self, make_coro: Any, on_event: EventSink | None) -> Any:
+    def _run_with_events(self, make_coro: Any, on_event: EventSink | None,
+                         on_interrupt: Callable[[], None]) -> Any:
+        """Run a core coroutine; hand its events to ``on_event`` in this thread as they come.
+
+        The first Ctrl-C calls ``on_interrupt`` (and keeps waiting for the coroutine to wind down);
+        a second one kills every worker and re-raises.
+        """
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         future = self._loop.submit(make_coro(events.put))
         future.add_done_callback(lambda _f: events.put(_DONE))
@@ -90,7 +104,7 @@ class Cluster:
             except KeyboardInterrupt:
                 interrupts += 1
                 if interrupts == 1:
-                    self._loop.call_soon(self._core.request_abort)
+                    on_interrupt()
                 else:
                     future.cancel()
                     self._loop.run(self._core.kill())
@@ -106,7 +120,7 @@ class Cluster:
 
     def restart(self, on_event: EventSink | None = None) -> None:
         """Replace every worker with a fresh process (same TF_CONFIGs); their variables are lost."""
-        self._run_with_events(lambda sink: self._core.restart(on_event=sink), on_event)
+        self._run_with_events(lambda sink: self._core.restart(on_event=sink), on_event, on_interrupt=self._abandon)
 
     def stop(self) -> None:
         """Shut all workers down and release their ports and files. The cluster can be started again."""

@@ -162,3 +162,26 @@ def test_workers_die_with_their_parent(tmp_path):
         assert not wait_for_no_workers(pids, timeout=5)
     finally:
         parent.kill()
+
+
+def test_ctrl_c_interrupts_every_worker_and_the_next_cell_runs(cluster):
+    import threading
+
+    from mwnotebook import ClusterInterrupted
+
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    with pytest.raises(ClusterInterrupted) as info:
+        cluster.run("import time; time.sleep(60)")
+    assert time.monotonic() - started < 6
+    assert {f.kind for f in info.value.failures} == {"interrupted"}
+    assert cluster.run("print('after ctrl-c')").stdout(2) == "after ctrl-c\n"
+
+
+def test_stop_during_a_background_start_leaves_nothing():
+    before = {p.pid for p in worker_processes()}
+    c = Cluster(workers=2)
+    c.start_background()
+    time.sleep(0.3)  # launches under way
+    c.stop()
+    assert {p.pid for p in worker_processes()} == before
