@@ -8,6 +8,9 @@ systems without prctl. A worker left running would hold TensorFlow ports and mem
 from __future__ import annotations
 
 import ctypes
+import importlib.abc
+import importlib.util
+import logging
 import os
 import signal
 import sys
@@ -37,9 +40,36 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="mwnotebook-parent-watch", daemon=True).start()
 
 
+class _ScriptLevelTensorFlowLogs(importlib.abc.MetaPathFinder):
+    """Give TensorFlow's Python logger the level it has in a script.
+
+    TensorFlow logs at INFO to stdout when it sees an interactive shell (IPython sets ``sys.ps1``),
+    so every worker would print lines such as "Collective all_reduce tensors: ..." that the same
+    code run as a script (the seed's hand launch) does not. ``tf.get_logger().setLevel("INFO")``
+    in a cell brings them back.
+    """
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> object:
+        if fullname != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module  # type: ignore[union-attr]
+
+        def exec_module(module: object) -> None:
+            load(module)  # type: ignore[arg-type]
+            logging.getLogger("tensorflow").setLevel(logging.WARNING)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign,union-attr]
+        return spec
+
+
 def main() -> None:
     expected_parent = int(os.environ.pop("MWNOTEBOOK_PARENT_PID", os.getppid()))
     _die_with_parent(expected_parent)
+    sys.meta_path.insert(0, _ScriptLevelTensorFlowLogs())
     from ipykernel import kernelapp
 
     kernelapp.launch_new_instance()
