@@ -355,7 +355,9 @@ async def _drive(cluster: Any, code: str, preamble: str, observer: RunObserver, 
         if start.done() and not start.cancelled():
             start.exception()  # retrieved: it was reported above, or made moot by the signal
         try:
-            await cluster.stop()
+            # A clean run shuts the workers down politely; after a failure or a signal nothing in
+            # them is worth waiting for, so they are killed at once.
+            await (cluster.stop() if outcome.status == EXIT_OK else cluster.kill())
         finally:
             for sig in handled:
                 loop.remove_signal_handler(sig)

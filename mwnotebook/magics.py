@@ -133,8 +133,7 @@ class MWMagics(Magics):
         if ns.export:
             from .export import export_cell  # noqa: PLC0415 - only needed with --export
 
-            written = export_cell(cell, ns.export, spec)
-            print(f"exported to {written}")
+            print(export_cell(cell, ns.export, spec).summary())
         cluster = self.session.cluster_for(spec)
         relay = TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m))
         sinks: list[EventSink] = [relay]

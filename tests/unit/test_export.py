@@ -94,8 +94,10 @@ def test_cluster_options_become_environment_variables(tmp_path: Path) -> None:
 
 
 def test_without_options_only_tf_config_is_set(tmp_path: Path) -> None:
-    job = export_cell("pass\n", tmp_path, PLAIN, ports=[1111, 2222])
+    job = export_cell("pass\n", tmp_path, ClusterSpec(workers=1, legacy_keras=False), ports=[1111])
     assert list(assignments(command_line(job.launchers[0]))) == ["TF_CONFIG"]
+    job = export_cell("pass\n", tmp_path, ClusterSpec(workers=2, cpu=True, legacy_keras=False), ports=[1, 2])
+    assert list(assignments(command_line(job.launchers[1]))) == ["CUDA_VISIBLE_DEVICES", "TF_CONFIG"]
 
 
 def test_hosts_drop_ssh_user_and_port_and_split_gpus_per_host(tmp_path: Path) -> None:
