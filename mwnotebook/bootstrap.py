@@ -3,7 +3,9 @@ and the set-up code it runs (TensorFlow preload, mixed precision, XLA)."""
 
 from __future__ import annotations
 
+from .devices import visible_devices_per_worker as _partition_devices
 from .spec import ClusterSpec
+from .worker_setup import setup_code as _recipe_code
 
 #: Imports TensorFlow without running any TF op, so that a later MultiWorkerMirroredStrategy can
 #: still configure the process's collectives.
@@ -15,9 +17,13 @@ def setup_code(spec: ClusterSpec) -> str:
     parts = []
     if spec.preload or spec.mixed_precision or spec.xla:
         parts.append(PRELOAD_CODE)
+    parts.append(_recipe_code(spec))
     return "".join(parts)
 
 
 def visible_devices_per_worker(spec: ClusterSpec) -> list[str | None]:
-    """Each worker's CUDA_VISIBLE_DEVICES (None: leave the notebook's own setting)."""
-    return [None] * spec.workers
+    """Each worker's CUDA_VISIBLE_DEVICES (None: leave the notebook's own setting).
+
+    Raises ConfigError, before any worker starts, when more GPUs are asked for than exist.
+    """
+    return _partition_devices(spec)

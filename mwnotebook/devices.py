@@ -1,8 +1,8 @@
 """Which GPUs each local worker gets: disjoint ``CUDA_VISIBLE_DEVICES`` sets. Pure.
 
 Never imports TensorFlow (that would grab the GPUs in the notebook process). The count of GPUs
-on the machine comes from the NVIDIA driver's ``/proc/driver/nvidia/gpus`` (one entry per GPU),
-and only when ``CUDA_VISIBLE_DEVICES`` is unset: when it is set, the notebook's own selection is
+on the machine comes from the NVIDIA driver's ``/proc/driver/nvidia/gpus`` (one entry per GPU,
+else ``nvidia-smi -L``), and only when ``CUDA_VISIBLE_DEVICES`` is unset: when it is set, the notebook's own selection is
 what workers share out ("respect an existing ``CUDA_VISIBLE_DEVICES``").
 
 Worker ``i`` of ``--gpus-per-worker K`` gets the visible entries ``i*K .. i*K+K-1``. Entries
@@ -13,6 +13,8 @@ are passed through as written (indices, ``GPU-<uuid>``, ``MIG-<uuid>``), so a se
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,12 +45,24 @@ def parse_visible_devices(value: str | None) -> list[str] | None:
     return entries
 
 
-def count_machine_gpus(proc_dir: Path = NVIDIA_PROC) -> int:
-    """GPUs the NVIDIA driver exposes (0 without a driver)."""
+def count_machine_gpus(proc_dir: Path = NVIDIA_PROC, nvidia_smi: str | None = "nvidia-smi") -> int:
+    """GPUs the NVIDIA driver exposes (0 without a driver).
+
+    Reads ``/proc/driver/nvidia/gpus``; where that is missing (some sandboxes and containers
+    hide it), counts the ``GPU n:`` lines of ``nvidia-smi -L``.
+    """
     try:
         return sum(1 for _ in proc_dir.iterdir())
     except OSError:
+        pass
+    exe = shutil.which(nvidia_smi) if nvidia_smi else None
+    if exe is None:
         return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def visible_gpus(environ: Mapping[str, str] | None = None, gpu_count: int | None = None) -> list[str]:

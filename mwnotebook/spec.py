@@ -11,6 +11,7 @@ from typing import Mapping
 
 from .errors import ConfigError
 from .tf_config import tf_config_json
+from .worker_setup import worker_env as recipe_env
 
 #: More local workers than this is almost certainly a typo (each one is a full TensorFlow process).
 MAX_WORKERS = 64
@@ -123,6 +124,7 @@ class ClusterSpec:
         if self.use_legacy_keras:
             env["TF_USE_LEGACY_KERAS"] = "1"
         env["MWNOTEBOOK_COLLECTIVE"] = self.collective
+        env.update(recipe_env(self))  # the recipes' variables (XLA flags, GPU memory growth)
         env.update(self.env)
         env["TF_CONFIG"] = tf_config_json(addresses, index)
         env["MWNOTEBOOK_WORKER_INDEX"] = str(index)

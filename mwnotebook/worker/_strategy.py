@@ -8,8 +8,9 @@ Why a helper: MWMS must be created before any other TensorFlow op in the process
 cannot change inside a process. In a notebook, cells are re-run, so the natural
 ``strategy = tf.distribute.MultiWorkerMirroredStrategy()`` in a cell is created again and again.
 :func:`strategy` creates it on first use and returns the same object on every later call, in
-every later cell, and it turns the two classic mistakes (a TF op first; NCCL without a GPU) into
-an explanation instead of a crash or a hang.
+every later cell, and it turns the two classic mistakes into an explanation: a TF op first
+(TensorFlow raises a bare ``RuntimeError``), and NCCL without a GPU (TensorFlow only logs
+"Enabled NCCL communication but no GPUs detected" and carries on, hiding the mistake).
 
 Nothing here creates a tensor before the strategy exists: ``tf.config.list_physical_devices``
 does not initialise the runtime (measured: MWMS created after it works).

@@ -61,8 +61,40 @@ def test_count_machine_gpus_reads_the_driver_listing(tmp_path):
     for bus in ("0000:01:00.0", "0000:02:00.0"):
         (tmp_path / bus).mkdir()
     assert devices.count_machine_gpus(tmp_path) == 2
-    assert devices.count_machine_gpus(tmp_path / "missing") == 0
+    assert devices.count_machine_gpus(tmp_path / "missing", nvidia_smi=None) == 0
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-a)'\n"
+                    "echo '  MIG 1g.18gb Device 0: (UUID: MIG-b)'\necho 'GPU 1: NVIDIA H200 (UUID: GPU-c)'\n")
+    fake.chmod(0o755)
+    assert devices.count_machine_gpus(tmp_path / "missing", nvidia_smi=str(fake)) == 2
 
 
 def test_remote_hosts_number_their_own_gpus():
     assert devices.partition_gpus_by_host(["a", "b", "a"], 2) == ["0,1", "0,1", "2,3"]
+
+
+def test_visible_devices_per_worker_from_a_cluster_spec():
+    from mwnotebook import ClusterSpec
+
+    two = ClusterSpec(workers=2, gpus_per_worker=2)
+    assert devices.visible_devices_per_worker(two, environ={"CUDA_VISIBLE_DEVICES": "3,2,1,0"}) == \
+        ["3,2", "1,0"]
+    with pytest.raises(ConfigError, match="need 4 GPUs"):
+        devices.visible_devices_per_worker(two, environ={}, gpu_count=2)
+    assert devices.visible_devices_per_worker(ClusterSpec(workers=2, cpu=True)) == ["-1", "-1"]
+    assert devices.visible_devices_per_worker(ClusterSpec(workers=2), gpu_count=4) == [None, None]
+    remote = ClusterSpec(workers=3, gpus_per_worker=1, hosts=("a*2", "b"))
+    assert devices.visible_devices_per_worker(remote, environ={}, gpu_count=0) == ["0", "1", "0"]
+
+
+def test_shared_gpus_get_memory_growth_through_worker_env():
+    from mwnotebook import ClusterSpec
+    from mwnotebook.worker_setup import worker_env
+
+    assert worker_env(ClusterSpec(workers=2)) == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    assert worker_env(ClusterSpec(workers=1)) == {}
+    assert worker_env(ClusterSpec(workers=2, gpus_per_worker=1)) == {}
+    assert worker_env(ClusterSpec(workers=2, cpu=True)) == {}
+    # The user's own --env value wins.
+    assert worker_env(ClusterSpec(workers=2, env={"TF_FORCE_GPU_ALLOW_GROWTH": "false"})) == {}
