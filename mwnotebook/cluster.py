@@ -214,6 +214,28 @@ class AsyncCluster:
                 tf_config=tf_config_for(self._addresses, i) if self._addresses else {}))
         return infos
 
+    async def query(self, code: str, timeout: float = 30.0) -> list[str | None]:
+        """Run a small read-only snippet silently on every worker; each one's stdout (None on error).
+
+        For looking inside the workers (what devices TensorFlow sees) without it counting as a cell.
+        """
+        if self._running:
+            raise ClusterStateError("a cell is running on this cluster; ask again when it is done")
+
+        async def ask(worker: Worker) -> str | None:
+            out: list[str] = []
+
+            def collect(msg: dict[str, Any]) -> None:
+                if msg["msg_type"] == "stream" and msg["content"].get("name") == "stdout":
+                    out.append(msg["content"].get("text", ""))
+            try:
+                outcome = await asyncio.wait_for(worker.execute(code, collect, silent=True), timeout)
+            except asyncio.TimeoutError:
+                return None
+            return "".join(out) if outcome.status == "ok" else None
+
+        return list(await asyncio.gather(*(ask(w) for w in self._workers)))
+
     # ----------------------------------------------------------------- running cells
     def request_abort(self) -> None:
         """Stop the running cell on every worker (the notebook's interrupt). Safe to call any time."""

@@ -177,7 +177,7 @@ class MWMagics(Magics):
         elif cluster is None:
             print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
         elif ns.action == "status":
-            publish_display_data(status_bundle(cluster.status()))
+            publish_display_data(status_bundle(cluster.status(), cluster.devices()))
         elif ns.action == "restart":
             cluster.restart()
             print(f"mwnotebook: restarted {cluster.spec.workers} workers")

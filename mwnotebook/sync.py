@@ -5,6 +5,7 @@ handed to ``on_event`` in the *caller's* thread, so a notebook's output lands in
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import queue
 import weakref
@@ -128,6 +129,16 @@ class Cluster:
 
     def status(self) -> list[WorkerInfo]:
         return self._loop.run(self._core.status())
+
+    def query(self, code: str, timeout: float = 30.0) -> list[str | None]:
+        """Each worker's stdout from a silent, read-only snippet (None where it failed)."""
+        return self._loop.run(self._core.query(code, timeout))
+
+    def devices(self) -> list[dict[str, Any] | None]:
+        """What TensorFlow in each worker sees (imports TensorFlow there; creates no tensor)."""
+        answers = self.query("import json as _j, mwnotebook.worker as _mw\nprint(_j.dumps(_mw.visible_devices()))\n"
+                             "del _j, _mw", timeout=120)
+        return [json.loads(a) if a else None for a in answers]
 
     def __enter__(self) -> "Cluster":
         return self.start()

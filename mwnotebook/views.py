@@ -37,10 +37,26 @@ def tf_config_bundle(tf_configs: Sequence[dict[str, Any]], hosts: Sequence[str] 
     return _table(["worker", "host", "TF_CONFIG"], rows, f"{len(rows)} TensorFlow workers")
 
 
-def status_bundle(infos: Sequence[WorkerInfo]) -> dict[str, str]:
-    rows = [[str(w.index), w.host or "-", str(w.pid or "-"), w.state, "yes" if w.alive else "no",
-             json.dumps(w.tf_config, separators=(",", ":")) if w.tf_config else "-"] for w in infos]
-    return _table(["worker", "host", "pid", "state", "alive", "TF_CONFIG"], rows, "mwnotebook cluster")
+def describe_devices(devices: dict[str, Any] | None) -> str:
+    """``2 CPU, 1 GPU (CUDA_VISIBLE_DEVICES=0)`` from what TensorFlow in a worker reported."""
+    if not devices:
+        return "unknown (TensorFlow not available)"
+    text = f"{len(devices.get('cpus', []))} CPU, {len(devices.get('gpus', []))} GPU"
+    visible = devices.get("cuda_visible_devices")
+    return f"{text} (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else text
+
+
+def status_bundle(infos: Sequence[WorkerInfo],
+                  devices: Sequence[dict[str, Any] | None] | None = None) -> dict[str, str]:
+    rows = []
+    for w in infos:
+        row = [str(w.index), w.host or "-", str(w.pid or "-"), w.state, "yes" if w.alive else "no"]
+        if devices is not None:
+            row.append(describe_devices(devices[w.index] if w.index < len(devices) else None))
+        row.append(json.dumps(w.tf_config, separators=(",", ":")) if w.tf_config else "-")
+        rows.append(row)
+    headers = ["worker", "host", "pid", "state", "alive"] + (["devices (seen by TF)"] if devices is not None else [])
+    return _table(headers + ["TF_CONFIG"], rows, "mwnotebook cluster")
 
 
 ISOLATED_NOTICE = (

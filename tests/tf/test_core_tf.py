@@ -90,3 +90,13 @@ class Boom(tf.keras.callbacks.Callback):
     assert err.restarted
     result = tf_cluster.run(FIT_CELL.format(before_fit="", callbacks=""), timeout=240)
     assert "losses" in result.stdout(0) and "losses" in result.stdout(1)
+
+
+def test_status_shows_the_devices_tensorflow_sees_in_each_worker(tf_cluster):
+    from mwnotebook.views import status_bundle
+
+    devices = tf_cluster.devices()
+    assert [d["cuda_visible_devices"] for d in devices] == ["-1", "-1"]  # --cpu
+    assert all(d["gpus"] == [] and len(d["cpus"]) >= 1 for d in devices)
+    table = status_bundle(tf_cluster.status(), devices)["text/plain"]
+    assert "1 CPU, 0 GPU (CUDA_VISIBLE_DEVICES=-1)" in table
