@@ -90,7 +90,8 @@ class NotebookSession:
         if not self._security_notice_shown:
             self._security_notice_shown = True
             addresses = [c["cluster"]["worker"][c["task"]["index"]] for c in cluster.tf_configs]
-            print(security_notice(addresses, cluster.network_isolated), file=sys.stderr)
+            print(security_notice(addresses, cluster.network_isolated, remote=bool(cluster.spec.hosts)),
+                  file=sys.stderr)
 
 
 def _hosts_of(cluster: Cluster) -> list[str]:

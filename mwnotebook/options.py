@@ -49,7 +49,7 @@ def env_pair(text: str) -> tuple[str, str]:
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that decide the cluster (and so whether a running one can be reused)."""
     parser.add_argument("--workers", "-n", type=worker_count, default=None, metavar="N",
-                        help="number of TensorFlow workers (default 2; with --hosts, one per host)")
+                        help="number of TensorFlow workers (default 2; with --hosts, one per host slot)")
     parser.add_argument("--cpu", action="store_true",
                         help="hide GPUs from the workers (CUDA_VISIBLE_DEVICES=-1), as the seed does")
     parser.add_argument("--env", type=env_pair, action="append", default=[], metavar="KEY=VALUE",
@@ -64,9 +64,11 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers-per-host", type=lambda t: whole_number(t, name="--workers-per-host"),
                         default=None, metavar="K", help="workers started on each host of --hosts")
     parser.add_argument("--python", default=None, metavar="PATH",
-                        help="Python interpreter of the workers (default: the notebook's own)")
+                        help="Python interpreter of the workers (default: the notebook's interpreter path, "
+                             "also on remote hosts)")
     parser.add_argument("--tf-address", default=None, metavar="ADDR",
-                        help="address the workers reach each other at (remote hosts)")
+                        help="address the workers reach each other at: ADDR (one host) or host=ADDR,host2=ADDR2 "
+                             "(default: the address each host was reached at)")
     parser.add_argument("--gpus-per-worker", type=lambda t: whole_number(t, name="--gpus-per-worker"),
                         default=None, metavar="K", help="give each worker K GPUs of its own")
     parser.add_argument("--collective", choices=COLLECTIVES, default="auto",
@@ -95,23 +97,9 @@ def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
     elif ns.workers_per_host or ns.tf_address:
         raise ConfigError("--workers-per-host and --tf-address only apply together with --hosts")
     fields: dict[str, Any] = dict(
-        cpu=ns.cpu, env=env, legacy_keras=False if ns.no_legacy_keras else None, python=ns.python,
-        hosts=hosts, tf_address=ns.tf_address, gpus_per_worker=ns.gpus_per_worker,
-        collective=ns.collective, mixed_precision=ns.mixed_precision, xla=ns.xla, preload=ns.preload,
-        network=ns.network)
-    if hosts:
-        if ns.workers_per_host:
-            hosts = tuple(h if "*" in h else f"{h}*{ns.workers_per_host}" for h in hosts)
-            fields["hosts"] = hosts
-        fields["workers"] = _remote_worker_count(hosts, ns.workers)
-    else:
-        fields["workers"] = ns.workers if ns.workers is not None else 2
+        workers=ns.workers, cpu=ns.cpu, env=env, legacy_keras=False if ns.no_legacy_keras else None,
+        python=ns.python, hosts=hosts, workers_per_host=ns.workers_per_host, tf_address=ns.tf_address,
+        gpus_per_worker=ns.gpus_per_worker, collective=ns.collective, mixed_precision=ns.mixed_precision,
+        xla=ns.xla, preload=ns.preload, network=ns.network)
     return ClusterSpec(**fields)
 
-
-def _remote_worker_count(hosts: tuple[str, ...], workers: int | None) -> int:
-    total = sum(int(h.rpartition("*")[2]) if "*" in h and h.rpartition("*")[2].isdigit() else 1
-                for h in hosts)
-    if workers is not None and workers != total:
-        raise ConfigError(f"--workers {workers} does not match --hosts, which gives {total} workers")
-    return total

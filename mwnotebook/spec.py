@@ -41,12 +41,13 @@ class ClusterSpec:
     because TensorFlow cannot reconfigure its collectives inside a live process.
     """
 
-    workers: int = 2
+    workers: int = None  # type: ignore[assignment]  # None: one per --hosts slot, else 2; an int after init
     cpu: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     legacy_keras: bool | None = None  # None: on when tf_keras is installed
     python: str | None = None
     hosts: tuple[str, ...] = ()
+    workers_per_host: int | None = None
     tf_address: str | None = None
     gpus_per_worker: int | None = None
     collective: str = "auto"
@@ -61,6 +62,16 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "hosts", tuple(self.hosts))
+        if self.hosts:
+            from .hosts import worker_hosts  # validates the host syntax and the worker count
+
+            placement = worker_hosts(list(self.hosts), self.workers, self.workers_per_host)
+            if self.workers is None:
+                object.__setattr__(self, "workers", len(placement))
+        elif self.workers_per_host is not None:
+            raise ConfigError("--workers-per-host only applies together with --hosts")
+        if self.workers is None:
+            object.__setattr__(self, "workers", 2)
         self._validate()
 
     def _validate(self) -> None:

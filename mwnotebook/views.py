@@ -11,7 +11,7 @@ from .cluster import WorkerInfo
 
 SECURITY_NOTICE = (
     "Security: TensorFlow's gRPC server in each worker has no authentication and listens on ALL "
-    "network interfaces (not only the address in TF_CONFIG). Anyone who can reach this machine on "
+    "network interfaces (not only the address in TF_CONFIG). Anyone who can reach {where} on "
     "ports {ports} can run TensorFlow operations in your workers. Use a trusted or isolated network, "
     "or a firewall that blocks these ports from other machines.")
 
@@ -64,6 +64,7 @@ ISOLATED_NOTICE = (
     "private network namespace, unreachable from other machines.")
 
 
-def security_notice(addresses: Sequence[str], isolated: bool = False) -> str:
+def security_notice(addresses: Sequence[str], isolated: bool = False, remote: bool = False) -> str:
     ports = ", ".join(a.rpartition(":")[2] for a in addresses)
-    return (ISOLATED_NOTICE if isolated else SECURITY_NOTICE).format(ports=ports)
+    where = "the worker hosts" if remote else "this machine"
+    return (ISOLATED_NOTICE if isolated else SECURITY_NOTICE).format(ports=ports, where=where)

@@ -33,6 +33,30 @@ log = logging.getLogger(__name__)
 _DROPPED_ENV = ("TF_CONFIG", "JPY_PARENT_PID", "JPY_SESSION_NAME", "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL")
 
 
+RUNTIME_PREFIX = "mwnotebook-run-"
+
+
+def remove_stale_runtime_dirs(parent: str | None = None) -> list[str]:
+    """Delete this user's runtime directories whose owning process no longer exists."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    for name in os.listdir(parent):
+        if not name.startswith(RUNTIME_PREFIX):
+            continue
+        path = os.path.join(parent, name)
+        owner = name[len(RUNTIME_PREFIX):].split("-", 1)[0]
+        try:
+            if not owner.isdigit() or os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(owner), 0)  # raises if that process is gone
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
 def describe_returncode(code: int | None) -> str:
     """``killed by SIGKILL`` / ``exit code 1`` / '' (still running)."""
     if code is None:
@@ -113,7 +137,10 @@ class LocalLauncher:
     def __init__(self, python: str | None = None, network: str = "auto") -> None:
         self.python = python or sys.executable
         self.network = network
-        self.runtime_dir = tempfile.mkdtemp(prefix="mwnotebook-")  # mkdtemp makes it 0700
+        remove_stale_runtime_dirs()
+        # mkdtemp makes it 0700; the pid in the name lets a later launcher clean up after a notebook
+        # kernel that was killed before it could remove its own directory.
+        self.runtime_dir = tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{os.getpid()}-")
         self._reservation: PortReservation | None = None
         self._namespace: NetworkNamespace | None = None
         self.network_note = ""

@@ -1,17 +1,20 @@
 """Worker kernels on remote hosts over SSH (asyncssh; the user's ~/.ssh/config, agent and
-known_hosts are honoured through asyncssh's defaults).
+known_hosts are honoured through asyncssh's defaults). No protocol code of our own.
 
-Per host, one SSH connection carries everything:
+Per host, the launcher keeps SSH connections (one, plus another each time sshd's MaxSessions,
+10 by default, refuses a new session). Every remote process is the small agent of
+``ssh_remote.py``, started as ``exec PYTHON -u -c BOOTSTRAP``; its source, then its configuration
+(the signing key, TF_CONFIG and the rest of the worker environment) travel on the channel's stdin,
+never on a command line.
 
-* ``tf_addresses`` runs the remote agent (``ssh_remote.py``) in its ``ports`` role: it checks the
-  interpreter and the required modules, then holds one TCP port per worker on that host for
-  TensorFlow's gRPC server. The cluster list uses the address the host was reached at (or the
-  ``tf_address`` override), so workers reach each other the way the notebook reached them.
-* ``start`` runs the agent in its ``kernel`` role. The agent source and then the configuration
-  (signing key, TF_CONFIG and the rest of the worker environment) travel on the channel's stdin;
-  the command line is only ``exec PYTHON -u -c BOOTSTRAP``. The kernel binds 127.0.0.1 on its
-  host; each of its five ZMQ ports is reached through an SSH local port forward on the
-  notebook's loopback, and ``connection_info`` names those forwarded ports.
+* ``tf_addresses`` runs one agent per host in its ``ports`` role: it checks the interpreter and
+  the required modules, then holds one TCP port per worker on that host for TensorFlow's gRPC
+  server. The cluster list uses the address each host was reached at (the server side of
+  ``SSH_CONNECTION``) or the ``tf_address`` override. Meanwhile one spare agent per worker is
+  started, so that its interpreter has loaded by the time ``start`` configures it.
+* ``start`` configures an agent in its ``kernel`` role. The kernel binds 127.0.0.1 on its host;
+  each of its five ZMQ ports is reached through an SSH local port forward on the notebook's
+  loopback, and ``connection_info`` names those forwarded ports.
 * interrupt / kill are lines sent to the agent; the agent reports the kernel's exit. Closing the
   channel (stop, or a lost connection) makes the agent kill the kernel's process group.
 """
@@ -20,13 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
-import shlex
-import socket
+import sys
 import uuid
-from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import asyncssh
@@ -34,13 +33,12 @@ import asyncssh
 from ..errors import ClusterStartError, ConfigError
 from ..hosts import HostSpec, HostsArg, worker_hosts
 from ..tf_config import format_address
-from .ssh_remote import BOOTSTRAP
+from .ssh_channel import Agent, agent_error, describe_connect_error
 
 __all__ = ["SSHLauncher", "SSHKernelHandle", "parse_tf_address"]
 
 log = logging.getLogger(__name__)
 
-_AGENT_SOURCE = Path(__file__).with_name("ssh_remote.py").read_text(encoding="utf-8")
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 DEFAULT_REQUIRE = ("ipykernel", "tensorflow")
 #: Upper bound on SSH connections to one host (each carries up to sshd's MaxSessions sessions).
@@ -74,96 +72,10 @@ def parse_tf_address(value: str | None, placement: Sequence[HostSpec]) -> dict[s
     return result
 
 
-class _Agent:
-    """One run of the remote agent on an SSH channel."""
-
-    def __init__(self, process: asyncssh.SSHClientProcess, host: str) -> None:
-        self.process = process
-        self.host = host
-        self._stderr: list[str] = []
-        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
-
-    @classmethod
-    async def start(cls, conn: asyncssh.SSHClientConnection, host: str, python: str) -> "_Agent":
-        """Run the agent, which then waits for :meth:`configure`; raises
-        ``asyncssh.ChannelOpenError`` when the connection has no room for another session."""
-        command = f"exec {shlex.quote(python)} -u -c {shlex.quote(BOOTSTRAP)}"
-        process = await conn.create_process(command, encoding="utf-8")
-        agent = cls(process, host)
-        process.stdin.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}")
-        return agent
-
-    def configure(self, config: Mapping[str, Any]) -> None:
-        """Hand the agent its role and settings (one JSON line: never on a command line)."""
-        self.process.stdin.write(json.dumps(dict(config)) + "\n")
-
-    @property
-    def usable(self) -> bool:
-        """Still running and not yet configured (a spare started ahead of time)."""
-        return not self.process.is_closing() and self.process.exit_status is None
-
-    async def _drain_stderr(self) -> None:
-        with contextlib.suppress(Exception):
-            while chunk := await self.process.stderr.read(4096):
-                self._stderr.append(chunk)
-                del self._stderr[:-8]
-
-    async def next_event(self) -> dict[str, Any] | None:
-        """The next JSON event, or None when the channel closed."""
-        while line := await self.process.stdout.readline():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = None
-            if isinstance(event, dict):
-                return event
-            log.debug("unexpected line from the agent on %s: %r", self.host, line)
-        return None
-
-    def send(self, line: str) -> None:
-        with contextlib.suppress(Exception):
-            self.process.stdin.write(line + "\n")
-
-    async def why_it_ended(self, python: str) -> str:
-        """A one-line reason after the agent ended without an event (bad interpreter, crash)."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.process.wait_closed(), 3)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._stderr_task, 1)
-        status = self.process.exit_status
-        stderr = "".join(self._stderr).strip()
-        if status == 127:
-            return (f"Python interpreter {python!r} was not found on the host; pass --python "
-                    "with the path of the interpreter that has ipykernel and tensorflow")
-        if status == 126:
-            return f"{python!r} on the host is not executable"
-        last = stderr.splitlines()[-1] if stderr else ""
-        return f"the remote agent ended (exit status {status}){': ' + last if last else ''}"
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.process.stdin.write_eof()
-        with contextlib.suppress(Exception):
-            self.process.close()
-            await asyncio.wait_for(self.process.wait_closed(), 3)
-        self._stderr_task.cancel()
-
-
-def _agent_error(event: Mapping[str, Any], python: str) -> str:
-    if event.get("kind") == "missing":
-        modules = ", ".join(event.get("modules", []))
-        return (f"Python {event.get('version', '?')} at {event.get('python', python)} lacks {modules}; "
-                "install them there (the same environment as the notebook), or point --python "
-                "at an interpreter that has them")
-    detail = str(event.get("detail", "the remote agent failed"))
-    tail = str(event.get("log", "")).strip()
-    return f"{detail}" + (f"; kernel log ends with:\n{tail[-1500:]}" if tail else "")
-
-
 class SSHKernelHandle:
     """A kernel on a remote host, reached through SSH port forwards (see the module docstring)."""
 
-    def __init__(self, index: int, spec: HostSpec, agent: _Agent, pid: int,
+    def __init__(self, index: int, spec: HostSpec, agent: Agent, pid: int,
                  listeners: list[asyncssh.SSHListener], connection_info: dict[str, Any]) -> None:
         self.index = index
         self.host = spec.target
@@ -254,7 +166,10 @@ class SSHLauncher:
         ssh_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.placement = worker_hosts(hosts, workers, workers_per_host)
-        self.python = python or "python3"
+        # Default: the notebook's own interpreter path, as for local workers. It is right where
+        # hosts share the environment at the same path (a shared home, the same image); elsewhere
+        # the start-up error says to pass --python.
+        self.python = python or sys.executable
         self.require = tuple(require)
         self.connect_timeout = connect_timeout
         self.startup_timeout = startup_timeout
@@ -266,8 +181,8 @@ class SSHLauncher:
         self._conns: dict[HostKey, list[asyncssh.SSHClientConnection]] = {}
         self._full: set[asyncssh.SSHClientConnection] = set()
         self._conn_locks: dict[HostKey, asyncio.Lock] = {}
-        self._holders: list[_Agent] = []
-        self._spares: dict[int, tuple[asyncssh.SSHClientConnection, _Agent]] = {}
+        self._holders: list[Agent] = []
+        self._spares: dict[int, tuple[asyncssh.SSHClientConnection, Agent]] = {}
         self._handles: list[SSHKernelHandle] = []
 
     @classmethod
@@ -303,18 +218,18 @@ class SSHLauncher:
                 conn = await asyncio.wait_for(asyncssh.connect(spec.host, **options),
                                               self.connect_timeout + 1)
             except Exception as exc:  # asyncssh, socket and timeout errors alike
-                reason = _describe_connect_error(exc, spec, self.connect_timeout)
+                reason = describe_connect_error(exc, spec, self.connect_timeout)
                 raise ClusterStartError(f"{spec.target}: {reason}", host=spec.target) from None
             log.debug("connected to %s", spec.target)
             self._conns.setdefault(spec.key, []).append(conn)
             return conn
 
-    async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, _Agent]:
+    async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, Agent]:
         """Start the agent on ``spec``'s host, on a new connection if the current one is full."""
         for _ in range(MAX_CONNECTIONS_PER_HOST):
             conn = await self._connect(spec)
             try:
-                return conn, await _Agent.start(conn, spec.target, self.python)
+                return conn, await Agent.start(conn, spec.target, self.python)
             except asyncssh.ChannelOpenError as exc:
                 log.debug("%s refused another session (%s); opening another connection",
                           spec.target, exc.reason)
@@ -374,7 +289,7 @@ class SSHLauncher:
         await asyncio.gather(*(h.close() for h in holders), *(a.close() for _, a in spares),
                              return_exceptions=True)
 
-    async def _first_event(self, agent: _Agent, spec: HostSpec, timeout: float) -> dict[str, Any]:
+    async def _first_event(self, agent: Agent, spec: HostSpec, timeout: float) -> dict[str, Any]:
         """The agent's first event, raising ClusterStartError (naming the host) for failures."""
         try:
             event = await asyncio.wait_for(agent.next_event(), timeout)
@@ -388,7 +303,7 @@ class SSHLauncher:
             raise ClusterStartError(f"{spec.target}: {reason}", host=spec.target)
         if event.get("event") == "error":
             await agent.close()
-            raise ClusterStartError(f"{spec.target}: {_agent_error(event, self.python)}",
+            raise ClusterStartError(f"{spec.target}: {agent_error(event, self.python)}",
                                     host=spec.target)
         return event
 
@@ -431,10 +346,13 @@ class SSHLauncher:
                                                          int(event["ports"][name]))
                 listeners.append(listener)
                 info[name] = listener.get_port()
-        except BaseException:
+        except BaseException as exc:
             for listener in listeners:
                 listener.close()
             await agent.close()
+            if isinstance(exc, (asyncssh.Error, OSError)):
+                raise ClusterStartError(f"{spec.target}: the SSH connection failed while the kernel "
+                                        f"started ({exc})", host=spec.target) from exc
             raise
         handle = SSHKernelHandle(index, spec, agent, int(event["pid"]), listeners, info)
         handle.remote_dir = str(event.get("dir", ""))
@@ -454,27 +372,3 @@ class SSHLauncher:
         for conn in conns:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.wait_closed(), 5)
-
-
-def _describe_connect_error(exc: BaseException, spec: HostSpec, timeout: float) -> str:
-    """Turn an asyncssh/socket failure into one sentence that says what to check."""
-    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-        return ("the SSH host key is not trusted (it is missing from, or does not match, "
-                "~/.ssh/known_hosts). Check the key with `ssh " + spec.target + "`; a changed key "
-                "can mean a reinstalled host, or someone in between")
-    if isinstance(exc, asyncssh.PermissionDenied):
-        return ("SSH authentication was refused: no key was accepted for this user. Add your "
-                "public key to the host's ~/.ssh/authorized_keys, load it into ssh-agent, or "
-                "name it with IdentityFile in ~/.ssh/config")
-    if isinstance(exc, asyncssh.DisconnectError):
-        return f"the SSH connection failed: {exc.reason}"
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return f"no SSH answer within {timeout:.0f} s (host down, or the port filtered?)"
-    if isinstance(exc, socket.gaierror):
-        return f"unknown host name ({exc.strerror})"
-    if isinstance(exc, ConnectionRefusedError):
-        return "the connection was refused (is sshd running on that port?)"
-    if isinstance(exc, OSError):
-        reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
-        return f"cannot connect: {reason}"
-    return f"SSH connection failed: {type(exc).__name__}: {exc}"

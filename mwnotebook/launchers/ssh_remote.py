@@ -146,7 +146,7 @@ class Kernel:
     """The kernel child process and its private directory."""
 
     def __init__(self, config: dict) -> None:
-        self.dir = tempfile.mkdtemp(prefix="mwnotebook-")  # mode 0700
+        self.dir = tempfile.mkdtemp(prefix="mwnotebook-remote-")  # mode 0700
         self.connection_file = os.path.join(self.dir, "kernel.json")
         self.log_path = os.path.join(self.dir, "kernel.log")
         info = {

@@ -185,3 +185,19 @@ def test_stop_during_a_background_start_leaves_nothing():
     time.sleep(0.3)  # launches under way
     c.stop()
     assert {p.pid for p in worker_processes()} == before
+
+
+def test_runtime_dirs_of_dead_notebooks_are_swept(tmp_path):
+    import subprocess
+    import sys
+
+    from mwnotebook.launchers.local import RUNTIME_PREFIX, remove_stale_runtime_dirs
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"{RUNTIME_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{RUNTIME_PREFIX}{os.getpid()}-def"
+    stale.mkdir()
+    live.mkdir()
+    assert remove_stale_runtime_dirs(str(tmp_path)) == [str(stale)]
+    assert live.exists() and not stale.exists()

@@ -11,8 +11,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import netns_hosts  # noqa: E402
 
-pytestmark = pytest.mark.remote
-
 
 @pytest.fixture(scope="session")
 def test_net() -> Iterator[netns_hosts.TestNet]:

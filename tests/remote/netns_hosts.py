@@ -2,14 +2,22 @@
 
 Layout (``TAG`` = this process id in hex, so parallel runs never collide)::
 
-    root namespace:  bridge mwbrTAG  10.213.N.1/24
-                       |-- veth mwvTAG0  <->  eth0 10.213.N.10  in netns mwnb-TAG-0  (sshd :22)
-                       '-- veth mwvTAG1  <->  eth0 10.213.N.11  in netns mwnb-TAG-1  (sshd :22)
+    root namespace:  veth mwvTAG  10.213.N.1/24  <->  uplink ─┐
+                                                              ├ bridge br0 in netns mwnb-TAG-sw
+           eth0 10.213.N.10 in netns mwnb-TAG-0  <->  h0 ─────┤   (sshd :22 in each host)
+           eth0 10.213.N.11 in netns mwnb-TAG-1  <->  h1 ─────┘
+
+The bridge lives in its own "switch" namespace, not in the root one: where br_netfilter is loaded
+(Docker hosts), bridged traffic in the root namespace goes through its iptables FORWARD chain,
+often with a DROP policy; a fresh namespace has no rules. The root namespace is only an endpoint
+(the notebook's side of SSH), so nothing is forwarded there either.
 
 The addresses exist only on these interfaces; ``N`` is picked so that the /24 is unused on this
 machine. Keys (host keys, the client key, known_hosts, an ssh client config) live in a temporary
 directory; ``home`` is a directory laid out like a user's home (``home/.ssh/config`` with aliases
-``mwhost0``, ``mwhost1``) so that code under test finds them the way it finds a real user's.
+``mwhost0``, ``mwhost1``, plus ``mwhost1-badkey`` whose known_hosts holds a wrong key) so that
+code under test finds them the way it finds a real user's. The sshds allow only 2 sessions per
+connection, so that tests exercise what real servers (MaxSessions 10) do to many workers per host.
 The namespaces share the root filesystem, so the "remote" Python is this machine's interpreter.
 Needs root; :func:`unavailable_reason` says why not, for a clear skip.
 """
@@ -46,7 +54,12 @@ def unavailable_reason() -> str | None:
     result = _ip("netns", "add", probe, check=False)
     if result.returncode != 0:
         return f"`ip netns add` failed here: {result.stderr.strip()}"
-    _ip("netns", "del", probe, check=False)
+    try:
+        entered = _ip("netns", "exec", probe, "true", check=False)
+    finally:
+        _ip("netns", "del", probe, check=False)
+    if entered.returncode != 0:
+        return f"`ip netns exec` failed here: {entered.stderr.strip()}"
     return None
 
 
@@ -95,8 +108,8 @@ class TestNet:
     hosts: list[TestHost] = field(default_factory=list)
 
     @property
-    def bridge(self) -> str:
-        return f"mwbr{self.tag}"
+    def switch(self) -> str:
+        return f"{NS_PREFIX}{self.tag}-sw"
 
     @property
     def home(self) -> Path:
@@ -132,7 +145,7 @@ class TestNet:
                 except subprocess.TimeoutExpired:
                     pass
             _ip("netns", "del", host.netns, check=False)
-        _ip("link", "del", self.bridge, check=False)
+        _ip("netns", "del", self.switch, check=False)  # takes the root end's veth with it
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -147,7 +160,7 @@ def _pick_subnet() -> int:
 
 
 def _remove_stale() -> None:
-    """Namespaces and bridges left by test runs whose process is gone (a killed pytest)."""
+    """Namespaces left by test runs whose process is gone (a killed pytest)."""
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         parts = name.split("-")
@@ -164,7 +177,6 @@ def _remove_stale() -> None:
                 except ProcessLookupError:
                     pass
             _ip("netns", "del", name, check=False)
-            _ip("link", "del", f"mwbr{parts[1]}", check=False)
 
 
 def _keygen(path: Path, comment: str) -> str:
@@ -207,9 +219,16 @@ def _build(net: TestNet, count: int) -> None:
     (keys / "authorized_keys").write_text(client_pub + "\n")
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
 
-    _ip("link", "add", net.bridge, "type", "bridge")
-    _ip("addr", "add", f"{net.address(1)}/24", "dev", net.bridge)
-    _ip("link", "set", net.bridge, "up")
+    sw = net.switch
+    _ip("netns", "add", sw)
+    _ip("-n", sw, "link", "add", "br0", "type", "bridge")
+    _ip("-n", sw, "link", "set", "br0", "up")
+    root_veth = f"mwv{net.tag}"
+    _ip("link", "add", root_veth, "type", "veth", "peer", "name", "uplink", "netns", sw)
+    _ip("-n", sw, "link", "set", "dev", "uplink", "master", "br0")
+    _ip("-n", sw, "link", "set", "dev", "uplink", "up")
+    _ip("addr", "add", f"{net.address(1)}/24", "dev", root_veth)
+    _ip("link", "set", root_veth, "up")
 
     known_hosts: list[str] = []
     config: list[str] = []
@@ -217,11 +236,11 @@ def _build(net: TestNet, count: int) -> None:
         host = TestHost(index=i, netns=f"{NS_PREFIX}{net.tag}-{i}", address=net.address(10 + i),
                         alias=f"mwhost{i}")
         net.hosts.append(host)
-        veth = f"mwv{net.tag}{i}"
         _ip("netns", "add", host.netns)
-        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
-        _ip("link", "set", veth, "master", net.bridge)
-        _ip("link", "set", veth, "up")
+        _ip("-n", sw, "link", "add", f"h{i}", "type", "veth", "peer", "name", "eth0",
+            "netns", host.netns)
+        _ip("-n", sw, "link", "set", f"h{i}", "master", "br0")
+        _ip("-n", sw, "link", "set", f"h{i}", "up")
         _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
         _ip("-n", host.netns, "link", "set", "eth0", "up")
         _ip("-n", host.netns, "link", "set", "lo", "up")
@@ -242,7 +261,9 @@ def _build(net: TestNet, count: int) -> None:
             "UsePAM no",
             "StrictModes no",
             "AllowTcpForwarding yes",
-            "MaxSessions 64",
+            # Low on purpose: real servers allow 10 sessions per connection, and the launcher
+            # must open more connections when a host runs more workers than that.
+            "MaxSessions 2",
             "MaxStartups 64",
             "LogLevel ERROR",
             "",

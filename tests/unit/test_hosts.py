@@ -84,3 +84,20 @@ def test_tf_address_override() -> None:
         parse_tf_address("10.0.0.1", two)
     with pytest.raises(ConfigError, match="not one of the --hosts"):
         parse_tf_address("c=10.0.0.3", two)
+
+
+def test_launcher_from_spec_places_workers_without_connecting() -> None:
+    import sys
+
+    from mwnotebook.launchers import make_launcher
+    from mwnotebook.launchers.ssh import SSHLauncher
+    from mwnotebook.spec import ClusterSpec
+
+    launcher = make_launcher(ClusterSpec(workers=3, hosts=("a", "u@b:2222*2"), tf_address="b=10.0.0.2"))
+    assert isinstance(launcher, SSHLauncher)
+    assert [s.target for s in launcher.placement] == ["a", "u@b:2222", "u@b:2222"]
+    assert launcher.python == sys.executable  # default: the notebook's interpreter path
+    assert launcher._tf_override == {"u@b:2222": "10.0.0.2"}
+    assert SSHLauncher.from_spec(ClusterSpec(hosts=("a",), workers=1, python="/opt/py")).python == "/opt/py"
+    with pytest.raises(ConfigError, match="2 workers requested"):
+        SSHLauncher.from_spec(ClusterSpec(workers=2, hosts=("a*3",)))

@@ -1,0 +1,135 @@
+"""The SSH side of one remote agent run (see ``ssh_remote.py``), and the sentences that turn SSH
+and agent failures into start-up errors a user can act on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shlex
+import socket
+from pathlib import Path
+from typing import Any, Mapping
+
+import asyncssh
+
+from ..hosts import HostSpec
+from .ssh_remote import BOOTSTRAP
+
+log = logging.getLogger(__name__)
+
+_AGENT_SOURCE = Path(__file__).with_name("ssh_remote.py").read_text(encoding="utf-8")
+
+
+class Agent:
+    """One run of the remote agent on an SSH channel."""
+
+    def __init__(self, process: asyncssh.SSHClientProcess, host: str) -> None:
+        self.process = process
+        self.host = host
+        self._stderr: list[str] = []
+        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
+
+    @classmethod
+    async def start(cls, conn: asyncssh.SSHClientConnection, host: str, python: str) -> "Agent":
+        """Run the agent, which then waits for :meth:`configure`; raises
+        ``asyncssh.ChannelOpenError`` when the connection has no room for another session."""
+        command = f"exec {shlex.quote(python)} -u -c {shlex.quote(BOOTSTRAP)}"
+        process = await conn.create_process(command, encoding="utf-8")
+        agent = cls(process, host)
+        process.stdin.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}")
+        return agent
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        """Hand the agent its role and settings (one JSON line: never on a command line).
+        If the agent has already ended (no interpreter), its next event says why."""
+        self.send(json.dumps(dict(config)))
+
+    @property
+    def usable(self) -> bool:
+        """Still running and not yet configured (a spare started ahead of time)."""
+        return not self.process.is_closing() and self.process.exit_status is None
+
+    async def _drain_stderr(self) -> None:
+        with contextlib.suppress(Exception):
+            while chunk := await self.process.stderr.read(4096):
+                self._stderr.append(chunk)
+                del self._stderr[:-8]
+
+    async def next_event(self) -> dict[str, Any] | None:
+        """The next JSON event, or None when the channel closed."""
+        while line := await self.process.stdout.readline():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            if isinstance(event, dict):
+                return event
+            log.debug("unexpected line from the agent on %s: %r", self.host, line)
+        return None
+
+    def send(self, line: str) -> None:
+        with contextlib.suppress(Exception):
+            self.process.stdin.write(line + "\n")
+
+    async def why_it_ended(self, python: str) -> str:
+        """A one-line reason after the agent ended without an event (bad interpreter, crash)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.process.wait_closed(), 3)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._stderr_task, 1)
+        status = self.process.exit_status
+        stderr = "".join(self._stderr).strip()
+        if status == 127:
+            return (f"Python interpreter {python!r} was not found on the host; pass --python "
+                    "with the path of the interpreter that has ipykernel and tensorflow")
+        if status == 126:
+            return f"{python!r} on the host is not executable"
+        last = stderr.splitlines()[-1] if stderr else ""
+        return f"the remote agent ended (exit status {status}){': ' + last if last else ''}"
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.process.stdin.write_eof()
+        with contextlib.suppress(Exception):
+            self.process.close()
+            await asyncio.wait_for(self.process.wait_closed(), 3)
+        self._stderr_task.cancel()
+
+
+def agent_error(event: Mapping[str, Any], python: str) -> str:
+    if event.get("kind") == "missing":
+        modules = ", ".join(event.get("modules", []))
+        return (f"Python {event.get('version', '?')} at {event.get('python', python)} lacks {modules}; "
+                "install them there (the same environment as the notebook), or point --python "
+                "at an interpreter that has them")
+    detail = str(event.get("detail", "the remote agent failed"))
+    tail = str(event.get("log", "")).strip()
+    return f"{detail}" + (f"; kernel log ends with:\n{tail[-1500:]}" if tail else "")
+
+
+
+def describe_connect_error(exc: BaseException, spec: HostSpec, timeout: float) -> str:
+    """Turn an asyncssh/socket failure into one sentence that says what to check."""
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        return ("the SSH host key is not trusted (it is missing from, or does not match, "
+                "~/.ssh/known_hosts). Check the key with `ssh " + spec.target + "`; a changed key "
+                "can mean a reinstalled host, or someone in between")
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return ("SSH authentication was refused: no key was accepted for this user. Add your "
+                "public key to the host's ~/.ssh/authorized_keys, load it into ssh-agent, or "
+                "name it with IdentityFile in ~/.ssh/config")
+    if isinstance(exc, asyncssh.DisconnectError):
+        return f"the SSH connection failed: {exc.reason}"
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return f"no SSH answer within {timeout:.0f} s (host down, or the port filtered?)"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host name ({exc.strerror})"
+    if isinstance(exc, ConnectionRefusedError):
+        return "the connection was refused (is sshd running on that port?)"
+    if isinstance(exc, OSError):
+        reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+        return f"cannot connect: {reason}"
+    return f"SSH connection failed: {type(exc).__name__}: {exc}"

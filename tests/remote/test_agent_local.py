@@ -1,0 +1,106 @@
+"""The remote agent (ssh_remote.py) driven directly over pipes, without SSH or root: the same
+bootstrap, the same stdin protocol. Runs wherever Python and ipykernel do."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mwnotebook.launchers import ssh_remote
+from mwnotebook.launchers.ssh_remote import BOOTSTRAP
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+SOURCE = Path(ssh_remote.__file__).read_text(encoding="utf-8")
+
+
+def agent(config: dict[str, Any], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    assert proc.stdin is not None
+    proc.stdin.write(f"{len(SOURCE)}\n{SOURCE}{json.dumps(config)}\n")
+    proc.stdin.flush()
+    return proc
+
+
+def event(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, f"agent ended without an event: {proc.stderr.read() if proc.stderr else ''}"
+    return json.loads(line)
+
+
+def test_agent_source_is_ascii() -> None:
+    # The remote interpreter may decode stdin as ASCII (C locale): keep the source plain.
+    SOURCE.encode("ascii")
+
+
+def test_ports_are_held_until_stdin_closes() -> None:
+    proc = agent({"role": "ports", "count": 2, "require": ["json"]},
+                 env={"SSH_CONNECTION": "10.0.0.1 50000 10.0.0.2 22"})
+    try:
+        reply = event(proc)
+        assert reply["event"] == "ports" and reply["address"] == "10.0.0.2"
+        ports = reply["ports"]
+        assert len(set(ports)) == 2
+        for port in ports:
+            with socket.socket() as probe, pytest.raises(OSError) as info:
+                probe.bind(("0.0.0.0", port))
+            assert info.value.errno == errno.EADDRINUSE
+    finally:
+        proc.stdin.close()  # type: ignore[union-attr]
+        assert proc.wait(timeout=10) == 0
+    with socket.socket() as probe:
+        probe.bind(("0.0.0.0", ports[0]))
+
+
+def test_missing_modules_are_reported() -> None:
+    proc = agent({"role": "kernel", "key": "k", "require": ["json", "no_such_module_mw"]})
+    reply = event(proc)
+    assert reply == {"event": "error", "kind": "missing", "modules": ["no_such_module_mw"],
+                     "python": sys.executable, "version": sys.version.split()[0]}
+    assert proc.wait(timeout=10) == 3
+
+
+def test_kernel_kill_and_stdin_eof() -> None:
+    key = "secret-" + os.urandom(8).hex()
+    for how in ("kill", "eof"):
+        proc = agent({"role": "kernel", "key": key, "require": ["ipykernel"],
+                      "env": {"MW_TEST": "1"}, "timeout": 60})
+        try:
+            ready = event(proc)
+            assert ready["event"] == "ready", ready
+            pid, folder = ready["pid"], Path(ready["dir"])
+            assert sorted(ready["ports"]) == sorted(["shell_port", "iopub_port", "stdin_port",
+                                                     "control_port", "hb_port"])
+            info = json.loads((folder / "kernel.json").read_text())
+            assert info["key"] == key and info["ip"] == "127.0.0.1" and info["shell_port"] > 0
+            assert key not in Path(f"/proc/{pid}/cmdline").read_text()
+            assert Path(f"/proc/{pid}/environ").read_bytes().count(b"MW_TEST=1") == 1
+            if how == "kill":
+                proc.stdin.write("kill\n")  # type: ignore[union-attr]
+                proc.stdin.flush()  # type: ignore[union-attr]
+                assert event(proc) == {"event": "exit", "returncode": -signal.SIGKILL,
+                                       "description": "killed by SIGKILL", "log": ""}
+            else:
+                proc.stdin.close()  # type: ignore[union-attr]
+            assert proc.wait(timeout=10) == 0
+            deadline = time.monotonic() + 5
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not Path(f"/proc/{pid}").exists(), f"kernel survived {how}"
+            assert not folder.exists()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
