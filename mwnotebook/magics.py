@@ -90,8 +90,9 @@ class NotebookSession:
         if not self._security_notice_shown:
             self._security_notice_shown = True
             addresses = [c["cluster"]["worker"][c["task"]["index"]] for c in cluster.tf_configs]
+            # A warning goes to stderr; the all-clear of a private namespace is plain information.
             print(security_notice(addresses, cluster.network_isolated, remote=bool(cluster.spec.hosts)),
-                  file=sys.stderr)
+                  file=sys.stdout if cluster.network_isolated else sys.stderr)
 
 
 def _hosts_of(cluster: Cluster) -> list[str]:
