@@ -12,9 +12,19 @@ from .worker_setup import setup_code as _recipe_code
 PRELOAD_CODE = "import tensorflow as _mw_tf  # preloaded by mwnotebook\n"
 
 
+#: Installs the hold on replaced objects (see mwnotebook/worker/_lifetime.py). A remote host without
+#: mwnotebook installed still works, without that protection.
+LIFETIME_CODE = ("try:\n    import mwnotebook.worker._lifetime as _mwl\n    _mwl.install()\n    del _mwl\n"
+                 "except ImportError:\n    pass\n")
+
+#: Run silently on every worker once a cell has ended on all of them.
+RELEASE_CODE = ("try:\n    import mwnotebook.worker._lifetime as _mwl\n    _mwl.release()\n    del _mwl\n"
+                "except ImportError:\n    pass\n")
+
+
 def setup_code(spec: ClusterSpec) -> str:
-    """Code executed silently in every worker right after it starts; '' when nothing is needed."""
-    parts = []
+    """Code executed silently in every worker right after it starts."""
+    parts = [LIFETIME_CODE]
     if spec.preload or spec.mixed_precision or spec.xla:
         parts.append(PRELOAD_CODE)
     parts.append(_recipe_code(spec))

@@ -27,7 +27,7 @@ from .result import RunResult
 from .spec import ClusterSpec
 from .tf_config import tf_config_for
 from .worker_connection import ExecutionOutcome, Worker
-from .bootstrap import setup_code, visible_devices_per_worker
+from .bootstrap import RELEASE_CODE, setup_code, visible_devices_per_worker
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class AsyncCluster:
         self._running = False
         self._emit: EventSink = _ignore
         self._start_task: asyncio.Future[None] | None = None
+        self._release_task: asyncio.Future[None] | None = None
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -109,6 +110,12 @@ class AsyncCluster:
             self._start_task = None
         if not task.cancelled():
             task.exception()  # retrieved here so a failed background start is not logged as lost
+
+    async def _drop_release(self) -> None:
+        if self._release_task is not None:
+            self._release_task.cancel()
+            await asyncio.gather(self._release_task, return_exceptions=True)
+            self._release_task = None
 
     async def _finish_pending_start(self) -> None:
         """Let a start that is under way complete, so that stop/kill see (and end) every kernel."""
@@ -175,6 +182,7 @@ class AsyncCluster:
         if not self._workers:
             raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
         self._emit = on_event or self._emit
+        await self._drop_release()
         try:
             await asyncio.gather(*(w.kill() for w in self._workers), return_exceptions=True)
             self._workers = []
@@ -182,9 +190,27 @@ class AsyncCluster:
         finally:
             self._emit = _ignore
 
+    async def restart_in_background(self) -> None:
+        """Kill every worker now and start fresh ones without waiting for them.
+
+        Used after a failed cell: the error reaches the user at once, and the next ``run`` (or
+        ``start``) waits for the new workers.
+        """
+        await self._drop_release()
+        workers, self._workers = self._workers, []
+        await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
+
+        async def start_fresh() -> None:
+            self._workers = await self._start_workers()
+
+        task = asyncio.ensure_future(start_fresh())
+        task.add_done_callback(self._start_finished)
+        self._start_task = task
+
     async def stop(self) -> None:
         """Shut every worker down (politely, then by force) and release ports and files."""
         await self._finish_pending_start()
+        await self._drop_release()
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         for i in range(self.spec.workers):
@@ -194,6 +220,7 @@ class AsyncCluster:
     async def kill(self) -> None:
         """Stop every worker at once, no questions asked (used at interpreter exit)."""
         await self._finish_pending_start()
+        await self._drop_release()
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
         await self._close_launcher()
@@ -221,6 +248,8 @@ class AsyncCluster:
         """
         if self._running:
             raise ClusterStateError("a cell is running on this cluster; ask again when it is done")
+        if self._release_task is not None:
+            await asyncio.gather(self._release_task, return_exceptions=True)
 
         async def ask(worker: Worker) -> str | None:
             out: list[str] = []
@@ -257,21 +286,40 @@ class AsyncCluster:
         the cluster next anyway, like the command-line runner); the error's ``restarted`` says
         which happened.
         """
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if not self._workers and self._start_task is not None:
+            await self.start()  # a start or restart under way: wait for it
+        if self._release_task is not None:
+            await asyncio.gather(self._release_task, return_exceptions=True)
+            self._release_task = None
         if not self._workers:
             raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
         if self._running:
             raise ClusterStateError("a cell is already running on this cluster")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self._running = True
         self._emit = on_event or _ignore
         self._abort = asyncio.Event()
         try:
             return await _CellRun(self, code, timeout, restart_on_failure).run()
         finally:
+            if self._workers:
+                self._release_task = asyncio.ensure_future(self._release(list(self._workers)))
             self._running = False
             self._abort = None
             self._emit = _ignore
+
+    async def _release(self, workers: list[Worker]) -> None:
+        """Let every worker free what the last cell replaced, now that no collective is in flight.
+
+        Runs in the background after a cell; the next cell waits for it (see worker/_lifetime.py).
+        """
+        async def release(worker: Worker) -> None:
+            try:
+                await asyncio.wait_for(worker.execute(RELEASE_CODE, lambda _m: None, silent=True), 30)
+            except Exception:  # noqa: BLE001 - a worker that cannot release is dealt with by the next cell
+                log.debug("worker %d did not release", worker.index, exc_info=True)
+        await asyncio.gather(*(release(w) for w in workers))
 
     def _set_state(self, index: int, state: str, error: str = "") -> None:
         self._states[index] = state
@@ -284,7 +332,10 @@ class AsyncCluster:
             log.exception("event observer failed on %r", event)
 
 
-_PRIORITY = {"died": 0, "timeout": 1, "error": 1, "consequence": 2, "interrupted": 3}
+#: Which fault is most likely the cause, first: a dead process, a real error (or the worker still
+#: running at the deadline), a worker that ignored its interrupt (frozen, or blocked in native
+#: code), errors that are consequences of a peer's fault, and workers we interrupted ourselves.
+_PRIORITY = {"died": 0, "timeout": 1, "error": 1, "unresponsive": 1.5, "consequence": 2, "interrupted": 3}
 
 
 class _CellRun:
@@ -300,6 +351,7 @@ class _CellRun:
         self.finish_order: list[int] = []
         self.dead: dict[int, str] = {}
         self.interrupted: set[int] = set()
+        self.unresponsive: set[int] = set()
 
     def _on_output(self, index: int):
         def handle(msg: dict[str, Any]) -> None:
@@ -327,7 +379,7 @@ class _CellRun:
         restart = self.restart_allowed and (bool(self.interrupted or self.dead) or any(
             (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures))
         if restart:
-            await self.cluster.restart(on_event=self.cluster._emit)
+            await self.cluster.restart_in_background()
         raise _error_class(trigger, self.dead)(failures, restarted=restart)
 
     def _collect(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> bool:
@@ -406,6 +458,7 @@ class _CellRun:
                 break
         self._collect(tasks)
         await self._find_dead()
+        self.unresponsive = {i for i in self.interrupted if not tasks[i].done() and i not in self.dead}
         for task in tasks.values():
             if not task.done():
                 task.cancel()
@@ -419,6 +472,9 @@ class _CellRun:
             order = self.finish_order.index(i) if i in self.finish_order else len(self.workers)
             if i in self.dead:
                 failures.append((_PRIORITY["died"], order, WorkerFailure(i, "died", exit_description=self.dead[i])))
+            elif i in self.unresponsive and trigger in ("failure", "died"):
+                failures.append((_PRIORITY["unresponsive"], order, WorkerFailure(
+                    i, "unresponsive", exit_description=w.handle.exit_description() or _process_state(w))))
             elif i in self.interrupted:
                 kind = "timeout" if trigger == "timeout" else "interrupted"
                 f = WorkerFailure(i, kind, ename=outcome.ename if outcome else "",
@@ -433,6 +489,19 @@ class _CellRun:
                 failures.append((_PRIORITY[kind], order, f))
         failures.sort(key=lambda item: (item[0], item[1]))
         return [f for _, _, f in failures]
+
+
+def _process_state(worker: Worker) -> str:
+    """``stopped`` / ``sleeping`` / ... for a local worker process; '' when it can't be seen."""
+    pid = worker.handle.pid
+    if pid is None or worker.handle.host != "localhost":
+        return ""
+    try:
+        import psutil
+
+        return f"process state: {psutil.Process(pid).status()}"
+    except Exception:  # noqa: BLE001 - only a detail for the message
+        return ""
 
 
 def _error_class(trigger: str, dead: dict[int, str]) -> type[ClusterRunError]:

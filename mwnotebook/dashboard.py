@@ -7,6 +7,7 @@ Usage (what ``%%mwtrain`` does)::
     result = cluster.run(code, on_event=dash)  # Dashboard is an EventSink
     dash.finish()                            # last update + static copy of the chart
     dash.records / dash.dataframe()          # the collected metrics as plain data
+    last_dashboard().dataframe()             # the same, from a later cell
 
 The chart has one trace per worker (its own, local ``loss``) and, when workers report
 ``global_loss``, a "global" trace (the value over all workers). Rows of the status table show
@@ -19,9 +20,11 @@ message to the browser. Events only update Python-side state; the frontend gets 
 Long series are downsampled for display (:func:`mwnotebook.metrics.downsample`); every point is
 kept in :attr:`records`.
 
-After the run, :meth:`finish` replaces the live widgets (same display ids) by a static copy:
-an ``application/vnd.plotly.v1+json`` + ``text/html`` bundle for the chart and an HTML table for
-the status, so a saved notebook renders without a kernel and a live one shows no duplicate.
+After the run, :meth:`finish` replaces the live widgets (same display ids) by static copies:
+the chart as ``application/vnd.plotly.v1+json`` + ``text/html`` (an SVG picture that becomes the
+interactive chart where plotly.js loads) + ``image/svg+xml``, and the status as an HTML table. A
+saved notebook then renders without a kernel (JupyterLab, nbconvert, GitHub), and a live one
+shows no duplicate chart.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _STATE_COLOURS = {
     "starting": "#6c757d",
+    "idle": "#6c757d",
     "running": "#0d6efd",
     "done": "#198754",
     "failed": "#dc3545",
@@ -60,19 +64,91 @@ class WorkerStatus:
     step: float | None = None
     last_value: float | None = None
     last_scope: str = ""  # "local" | "global"
-    _recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (worker time, step)
+    recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (worker time, step)
 
     def steps_per_s(self) -> float | None:
         """Steps per second over the recent records, from the workers' own timestamps."""
-        if len(self._recent) < 2:
+        if len(self.recent) < 2:
             return None
-        (t0, s0), (t1, s1) = self._recent[0], self._recent[-1]
+        (t0, s0), (t1, s1) = self.recent[0], self.recent[-1]
         return (s1 - s0) / (t1 - t0) if t1 > t0 else None
+
+
+def _set_trace(trace: Any, x: Any, y: Any, name: str, visible: bool | None = None) -> None:
+    """Assign only what changed (unchanged properties would still travel to the browser)."""
+    if trace.name != name:
+        trace.name = name
+    if visible is not None and trace.visible != visible:
+        trace.visible = visible
+    old_x, old_y = trace.x, trace.y
+    if (old_x is None or len(x) != len(old_x)
+            or (len(x) and (old_x[-1] != x[-1] or old_y[-1] != y[-1]))):
+        trace.x, trace.y = x, y
+
+
+def _svg_chart(series: list, title: str, metric: str, width: int, height: int) -> str:
+    """Line chart as SVG: one polyline per (name, colour, dash, x, y) series, axes, legend."""
+    left, right, top, bottom = 60, 15, 30, 60
+    finite = [(x, y) for *_rest, xs, ys in series for x, y in zip(xs, ys) if math.isfinite(y)]
+    x0 = min((x for x, _ in finite), default=0.0)
+    x1 = max((x for x, _ in finite), default=1.0)
+    y0 = min((y for _, y in finite), default=0.0)
+    y1 = max((y for _, y in finite), default=1.0)
+    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+    plot_w, plot_h = width - left - right, height - top - bottom
+
+    def px(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * plot_w
+
+    def py(y: float) -> float:
+        return top + (y1 - y) / (y1 - y0) * plot_h
+
+    esc = html.escape
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+             f'<rect width="{width}" height="{height}" fill="white"/>',
+             f'<text x="{left}" y="18" font-size="14">{esc(title)}</text>',
+             f'<path d="M{left},{top} V{top + plot_h} H{left + plot_w}" stroke="#444" fill="none"/>']
+    for i in range(5):
+        xv, yv = x0 + (x1 - x0) * i / 4, y0 + (y1 - y0) * i / 4
+        parts.append(f'<text x="{px(xv):.1f}" y="{top + plot_h + 14}" text-anchor="middle">{xv:.4g}</text>')
+        parts.append(f'<text x="{left - 4}" y="{py(yv) + 4:.1f}" text-anchor="end">{yv:.3g}</text>')
+    parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{top + plot_h + 30}" text-anchor="middle">step</text>')
+    parts.append(f'<text x="14" y="{top + plot_h / 2:.0f}" transform="rotate(-90 14 {top + plot_h / 2:.0f})" '
+                 f'text-anchor="middle">{esc(metric)}</text>')
+    legend_x = left
+    for name, colour, dash, xs, ys in series:
+        points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys) if math.isfinite(y))
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        if points:
+            parts.append(f'<polyline class="mw-series" data-name="{esc(name)}" points="{points}" fill="none" '
+                         f'stroke="{colour}" stroke-width="1.5"{dash_attr}/>')
+        y_legend = height - 12
+        parts.append(f'<line x1="{legend_x}" y1="{y_legend - 4}" x2="{legend_x + 18}" y2="{y_legend - 4}" '
+                     f'stroke="{colour}" stroke-width="2"{dash_attr}/>')
+        parts.append(f'<text x="{legend_x + 22}" y="{y_legend}">{esc(name)}</text>')
+        legend_x += 30 + 6 * len(name)
+    parts.append("</svg>")
+    return "".join(parts)
 
 
 def _trace_colour(worker: int) -> str:
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
     return palette[worker % len(palette)]
+
+
+_LAST: "Dashboard | None" = None
+
+
+def last_dashboard() -> "Dashboard":
+    """The most recently created dashboard (e.g. the last ``%%mwtrain`` cell's), for its data::
+
+        from mwnotebook.dashboard import last_dashboard
+        df = last_dashboard().dataframe()
+    """
+    if _LAST is None:
+        raise LookupError("no dashboard yet: run a %%mwtrain cell first")
+    return _LAST
 
 
 class Dashboard:
@@ -97,23 +173,27 @@ class Dashboard:
         self._finished = False
         self._chart_handle: Any = None
         self._status_handle: Any = None
-        self._global_trace: int | None = None
         self._title = title or f"{metric} per worker"
         #: Frontend updates sent (batched chart + table updates) and when, for rate measurements.
         self.update_times: list[float] = []
         self.events_seen = 0
         self.figure = self._make_figure()
         self.status_widget = self._make_status_widget()
+        global _LAST
+        _LAST = self
 
     # -- construction ----------------------------------------------------------------------
     def _make_figure(self) -> Any:
+        """All traces exist from the start (built in the constructor, so no message is sent
+        before the widget is shown); the global trace stays hidden until a worker reports it."""
         import plotly.graph_objects as go
 
-        fig = go.FigureWidget()
-        for w in range(self.num_workers):
-            fig.add_scatter(x=[], y=[], mode="lines", name=f"worker {w} (local {self.metric})",
-                            line={"color": _trace_colour(w), "width": 1.5})
-        fig.update_layout(
+        traces = [go.Scatter(x=[], y=[], mode="lines", name=f"worker {w} (local {self.metric})",
+                             line={"color": _trace_colour(w), "width": 1.5})
+                  for w in range(self.num_workers)]
+        traces.append(go.Scatter(x=[], y=[], mode="lines", name=f"global {self.metric} (all workers)",
+                                 line={"color": "black", "width": 2.5, "dash": "dot"}, visible=False))
+        layout = go.Layout(
             title={"text": self._title},
             xaxis={"title": {"text": "step"}},
             yaxis={"title": {"text": self.metric}},
@@ -122,7 +202,7 @@ class Dashboard:
             legend={"orientation": "h", "y": -0.2},
             template="plotly_white",
         )
-        return fig
+        return go.FigureWidget(data=traces, layout=layout)
 
     def _make_status_widget(self) -> Any:
         import ipywidgets
@@ -138,6 +218,8 @@ class Dashboard:
                 self._on_metrics(event)
             elif isinstance(event, WorkerStateChanged):
                 status = self._status_for(event.worker)
+                if status.state in ("done", "failed") and event.state != "running":
+                    return  # keep how the run ended (a restart after a failure says starting/idle)
                 status.state = event.state
                 status.error = event.error if event.state == "failed" else ""
             else:
@@ -154,7 +236,7 @@ class Dashboard:
     def _on_metrics(self, event: WorkerMetrics) -> None:
         self._store.add(event.worker, event.records)
         status = self._status_for(event.worker)
-        if status.state == "starting":
+        if status.state in ("starting", "idle"):
             status.state = "running"
         gkey = global_key(self.metric)
         for record in event.records:
@@ -166,7 +248,7 @@ class Dashboard:
             status.step = step
             stamp = as_float(record.get("time"))
             if stamp is not None:
-                status._recent.append((stamp, step))
+                status.recent.append((stamp, step))
             if self.metric in record:
                 status.last_value, status.last_scope = as_float(record[self.metric]), "local"
             elif gkey in record:
@@ -175,8 +257,7 @@ class Dashboard:
     # -- throttled frontend updates ------------------------------------------------------------
     def _maybe_update(self) -> None:
         if self._finished:
-            self._push()
-            return
+            return  # the static copy is shown now; late events only add to the data
         wait = self._interval - (self._clock() - self._last_update)
         if wait <= 0:
             self._cancel_timer()
@@ -211,8 +292,6 @@ class Dashboard:
     def _push(self) -> None:
         """One batched frontend update: all traces plus the status table."""
         self._dirty = False
-        self._last_update = self._clock()
-        self.update_times.append(self._last_update)
         try:
             self._update_figure(self.figure)
             value = self.status_html()
@@ -220,31 +299,24 @@ class Dashboard:
                 self.status_widget.value = value
         except Exception:  # noqa: BLE001 - a broken display must never break the training run
             log.exception("mwnotebook dashboard update failed")
+        # Measured from the END of this update: however long an update takes (a starved kernel),
+        # two updates leave at least one interval apart.
+        self._last_update = self._clock()
+        self.update_times.append(self._last_update)
 
     def _update_figure(self, fig: Any) -> None:
-        gx, gy = self._store.global_series(self.metric)
-        if len(gx) and self._global_trace is None:
-            fig.add_scatter(x=[], y=[], mode="lines", name=f"global {self.metric} (all workers)",
-                            line={"color": "black", "width": 2.5, "dash": "dot"})
-            self._global_trace = len(fig.data) - 1
         with fig.batch_update():
             for w in range(self.num_workers):
                 x, y = downsample(*self._store.local_series(w, self.metric), self.max_points)
-                trace = fig.data[w]
                 status = self._status[w]
                 name = f"worker {w} (local {self.metric})"
                 if status.state == "failed":
                     name += f" - failed: {status.error or 'error'}"
-                if trace.name != name:
-                    trace.name = name
-                old_x, old_y = trace.x, trace.y
-                if (old_x is None or len(x) != len(old_x)
-                        or (len(x) and (old_x[-1] != x[-1] or old_y[-1] != y[-1]))):
-                    trace.x, trace.y = x, y
-            if self._global_trace is not None:
+                _set_trace(fig.data[w], x, y, name)
+            gx, gy = self._store.global_series(self.metric)
+            if len(gx):
                 x, y = downsample(gx, gy, self.max_points)
-                trace = fig.data[self._global_trace]
-                trace.x, trace.y = x, y
+                _set_trace(fig.data[self.num_workers], x, y, fig.data[self.num_workers].name, visible=True)
 
     # -- status table ------------------------------------------------------------------------
     def status_rows(self) -> list[dict[str, Any]]:
@@ -307,17 +379,46 @@ class Dashboard:
             return go.Figure(self.figure)
 
     def static_bundle(self) -> dict[str, Any]:
-        """MIME bundle of the final chart: plotly JSON (JupyterLab), HTML (nbconvert), text."""
+        """MIME bundle of the final chart, for every way a saved notebook gets rendered.
+
+        * ``application/vnd.plotly.v1+json``: JupyterLab / VS Code draw an interactive chart;
+        * ``text/html``: an inline SVG picture, which a script replaces with the interactive
+          chart when plotly.js can be loaded (nbconvert HTML online); GitHub (no scripts) and
+          offline viewers keep the picture;
+        * ``image/svg+xml`` and ``text/plain``: the picture and the status as text.
+        """
         import json
 
         import plotly.io as pio
+        from plotly.offline import get_plotlyjs_version
 
-        fig = self.static_figure()
+        fig_json = pio.to_json(self.static_figure(), validate=False)
+        svg = self.svg()
+        box = f"mw-chart-{id(self):x}-{len(self.update_times)}"
+        script = (
+            "(function(){var box=document.getElementById('%s');var fig=%s;"
+            "function draw(){box.innerHTML='';window.Plotly.newPlot(box,fig.data,fig.layout,{responsive:true});}"
+            "if(window.Plotly){draw();return;}var s=document.createElement('script');"
+            "s.src='https://cdn.plot.ly/plotly-%s.min.js';s.onload=draw;document.head.appendChild(s);})();"
+        ) % (box, fig_json.replace("</", "<\\/"), get_plotlyjs_version())
         return {
-            "application/vnd.plotly.v1+json": json.loads(pio.to_json(fig, validate=False)),
-            "text/html": pio.to_html(fig, include_plotlyjs="cdn", full_html=False),
+            "application/vnd.plotly.v1+json": json.loads(fig_json),
+            "text/html": f'<div id="{box}" class="mw-static-chart">{svg}</div><script>{script}</script>',
+            "image/svg+xml": svg,
             "text/plain": self.status_text(),
         }
+
+    def svg(self, width: int = 720, height: int = 320) -> str:
+        """The chart as a small self-contained SVG picture (no plotly.js needed to view it)."""
+        series = []
+        with self._lock:
+            for w in range(self.num_workers):
+                x, y = downsample(*self._store.local_series(w, self.metric), self.max_points)
+                series.append((self.figure.data[w].name, _trace_colour(w), "", x, y))
+            gx, gy = downsample(*self._store.global_series(self.metric), self.max_points)
+            if len(gx):
+                series.append((f"global {self.metric} (all workers)", "#000000", "4 3", gx, gy))
+        return _svg_chart(series, self._title, self.metric, width, height)
 
     def status_text(self) -> str:
         parts = []

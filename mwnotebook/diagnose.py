@@ -24,6 +24,11 @@ def diagnose(ename: str, evalue: str) -> Diagnosis | None:
             "process's collectives too late. Create the strategy first, before any other TensorFlow "
             "call (tensors, datasets, models). The workers are restarted so the corrected cell can run.",
             needs_restart=True)
+    if "Collective ops is aborted" in evalue:
+        return Diagnosis(
+            "TensorFlow aborted this process's collectives (a peer failed, or collective state from an "
+            "earlier run was torn down while this one ran). The workers are restarted; run the cell again.",
+            needs_restart=True)
     if ename in ("ModuleNotFoundError", "ImportError") and "tensorflow" in evalue:
         return Diagnosis(
             "TensorFlow is not installed in the worker's Python. Install it there "

@@ -47,7 +47,7 @@ class WorkerFailure:
     """What went wrong on one worker during a cell."""
 
     worker: int
-    kind: str  # "error" | "died" | "timeout" | "interrupted"
+    kind: str  # "error" | "died" | "timeout" | "unresponsive" | "interrupted"
     ename: str = ""
     evalue: str = ""
     traceback: list[str] = field(default_factory=list)
@@ -61,6 +61,10 @@ class WorkerFailure:
             text = f"worker {self.worker} died ({self.exit_description or 'exited'})"
         elif self.kind == "timeout":
             text = f"worker {self.worker} was still running at the deadline"
+        elif self.kind == "unresponsive":
+            detail = f" ({self.exit_description})" if self.exit_description else ""
+            text = (f"worker {self.worker} did not respond to an interrupt{detail}: it is frozen or "
+                    "blocked in native code")
         else:
             text = f"worker {self.worker} was interrupted"
         return f"{text}. {self.hint}" if self.hint else text
@@ -88,7 +92,7 @@ class ClusterRunError(MWNotebookError):
             if i == 0 and failure.traceback:
                 lines.extend(failure.traceback)
         if self.restarted:
-            lines.append("The worker kernels were restarted: the next cell starts from fresh workers.")
+            lines.append("The worker kernels are being restarted: the next cell starts from fresh workers.")
         lines.append(f"{red}{type(self).__name__}{reset}: {self.failures[0].headline() if self.failures else ''}")
         return lines
 
@@ -97,7 +101,7 @@ class ClusterRunError(MWNotebookError):
         if detail:
             lines.insert(0, detail)
         if self.restarted:
-            lines.append("The worker kernels were restarted: the next cell starts from fresh workers "
+            lines.append("The worker kernels are being restarted: the next cell starts from fresh workers "
                          "(variables defined in earlier cells are gone).")
         return "\n".join(lines)
 

@@ -32,9 +32,11 @@ class NetworkNamespace:
         user_ns = os.geteuid() != 0
         cmd = ["unshare", "--net"] + (["--user", "--map-root-user"] if user_ns else [])
         cmd += ["--", python or sys.executable, "-m", "mwnotebook.netns_holder", str(port_count)]
+        # Its own session: the notebook's stop button signals the notebook kernel's process group,
+        # which must not take the namespace (and with it every worker restart) down.
         process = await asyncio.to_thread(
             subprocess.Popen, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True)
+            text=True, start_new_session=True)
         assert process.stdout is not None
         try:
             line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), timeout=15)
@@ -54,6 +56,9 @@ class NetworkNamespace:
         if self._user_ns:
             prefix += [f"--user=/proc/{pid}/ns/user", "--preserve-credentials"]
         return prefix + ["--"]
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
 
     def close(self) -> None:
         if self._process.poll() is None:

@@ -32,6 +32,7 @@ def main() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for kernels, not for the namespace
     count = int(sys.argv[1])
     bring_loopback_up()
     from .tf_config import PortReservation

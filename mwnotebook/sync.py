@@ -80,6 +80,8 @@ class Cluster:
         Ctrl-C (the notebook's stop button) interrupts every worker; a second Ctrl-C kills them.
         Raises :class:`~mwnotebook.errors.ClusterRunError` (a subclass says which fault) on failure.
         """
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if not self.started:
             self.start(on_event)
         return self._run_with_events(

@@ -45,6 +45,9 @@ class Worker:
         self.env = env
         self.client = AsyncKernelClient()
         self.client.load_connection_info(handle.connection_info)
+        # One request at a time: concurrent readers of the same ZMQ sockets would steal each
+        # other's messages.
+        self._busy = asyncio.Lock()
 
     @property
     def index(self) -> int:
@@ -97,6 +100,10 @@ class Worker:
         Completion needs both the execute_reply and IOPub's ``idle`` for this request, so that every
         output has been relayed before the outcome is returned.
         """
+        async with self._busy:
+            return await self._execute(code, on_output, silent)
+
+    async def _execute(self, code: str, on_output: MessageCallback, silent: bool) -> ExecutionOutcome:
         started = time.monotonic()
         msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                                      stop_on_error=False)

@@ -23,6 +23,7 @@ from jupyter_client.connect import write_connection_file
 from jupyter_client.launcher import launch_kernel
 from jupyter_client.session import new_id_bytes
 
+from ..errors import ClusterStartError
 from ..netns import NamespaceUnavailable, NetworkNamespace
 from ..tf_config import PortReservation, format_address
 
@@ -135,7 +136,7 @@ class LocalLauncher:
     """Starts worker kernels on this machine (see :class:`mwnotebook.launchers.base.Launcher`)."""
 
     def __init__(self, python: str | None = None, network: str = "auto") -> None:
-        self.python = python or sys.executable
+        self.python = (shutil.which(python) or python) if python else sys.executable
         self.network = network
         remove_stale_runtime_dirs()
         # mkdtemp makes it 0700; the pid in the name lets a later launcher clean up after a notebook
@@ -159,12 +160,11 @@ class LocalLauncher:
     async def _place_ports(self, count: int) -> None:
         if self.network in ("auto", "private"):
             try:
-                self._namespace = await NetworkNamespace.create(count, self.python)
+                # The holder runs the notebook's own Python, which surely has mwnotebook.
+                self._namespace = await NetworkNamespace.create(count)
                 return
             except NamespaceUnavailable as exc:
                 if self.network == "private":
-                    from ..errors import ClusterStartError
-
                     raise ClusterStartError(
                         f"--network private: cannot make a network namespace here ({exc}). Use "
                         "--network host on a trusted network, or allow user namespaces "
@@ -174,6 +174,14 @@ class LocalLauncher:
         self._reservation = PortReservation.reserve(count)
 
     async def start(self, index: int, env: Mapping[str, str]) -> LocalKernelHandle:
+        if not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
+            raise ClusterStartError(
+                f"worker {index}: the Python interpreter {self.python!r} does not exist or is not executable; "
+                "pass --python with the path of a Python that has ipykernel and TensorFlow", worker=index)
+        if self._namespace is not None and not self._namespace.alive():
+            raise ClusterStartError(
+                "the private network namespace of this cluster is gone (its holder process ended); "
+                "run %mwcluster stop and start again", worker=index)
         name = f"worker-{index}-{uuid.uuid4().hex[:8]}"
         connection_file = os.path.join(self.runtime_dir, f"{name}.json")
         # IPC paths must stay short (unix socket paths are limited to ~107 bytes).

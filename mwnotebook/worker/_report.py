@@ -60,9 +60,8 @@ def _to_number(value: Any) -> Any:
         return value
     if isinstance(value, _Lazy):
         return value.resolve()
-    numpy = getattr(value, "numpy", None)  # EagerTensor, tf.Variable
-    if numpy is not None:
-        value = numpy()
+    if _kind(value) in (_EAGER, _VARIABLE):
+        value = value.numpy()
     item = getattr(value, "item", None)  # numpy scalars and size-1 arrays
     if item is not None:
         try:
@@ -89,21 +88,41 @@ def _tf() -> Any:
     return sys.modules.get("tensorflow")
 
 
+_PLAIN, _EAGER, _VARIABLE, _GRAPH = "plain", "eager", "variable", "graph"
+_KINDS: dict[type, str] = {bool: _PLAIN, int: _PLAIN, float: _PLAIN, type(None): _PLAIN}
+
+
+def _kind(value: Any) -> str:
+    """How a value must be handled, cached per type (``report`` runs every training step)."""
+    cls = type(value)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        tf = _tf()
+        if cls.__name__ == "EagerTensor":
+            kind = _EAGER  # concrete already; converted at flush time
+        elif tf is not None and isinstance(value, tf.Variable):
+            kind = _VARIABLE  # may change before the flush: snapshot it
+        elif tf is not None and isinstance(value, tf.Tensor):
+            kind = _GRAPH  # a symbolic tensor: we are tracing a tf.function
+        else:
+            kind = _PLAIN  # numbers, numpy scalars, _Lazy, ...
+        _KINDS[cls] = kind
+    return kind
+
+
 def _snapshot(value: Any) -> Any:
-    """Freeze values that may change before the flush (variables) without a device sync."""
-    read = getattr(value, "read_value", None)
-    if read is not None and not isinstance(value, _Lazy):
-        return read()
-    return value
+    """Freeze a variable's current value without a device sync (a tensor, read at flush time)."""
+    return value.read_value() if _kind(value) == _VARIABLE else value
 
 
-def _is_symbolic(value: Any) -> bool:
-    tf = _tf()
-    if tf is None:
-        return False
-    if isinstance(value, tf.Variable):
-        return tf.inside_function()
-    return isinstance(value, tf.Tensor) and tf.is_symbolic_tensor(value)
+def _needs_graph(values: Any) -> bool:
+    """True while tracing a tf.function: the values are symbolic and must go via py_function."""
+    graph = False
+    for value in values:
+        kind = _kind(value)
+        if kind == _GRAPH or (kind == _VARIABLE and _tf().inside_function()):
+            graph = True
+    return graph
 
 
 def _worker_index() -> int | None:
@@ -150,10 +169,11 @@ class Reporter:
         for name in metrics:
             if name in ("worker", "time", "kind"):
                 raise TypeError(f"{name!r} is reserved in metric records; use another name")
-        if _is_symbolic(step) or any(_is_symbolic(v) for v in metrics.values()):
+        if _needs_graph((step, *metrics.values())):
             self._report_from_graph(step, metrics)
             return
-        self._install_hook()
+        if self._hooked_shell is None:
+            self._install_hook()
         self.add(step, {k: _snapshot(v) for k, v in metrics.items()})
 
     def add(self, step: Any, values: dict[str, Any], *, extra: dict[str, Any] | None = None) -> None:
@@ -374,13 +394,20 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._epoch = epoch
 
-        def _local_values(self) -> dict[str, Any]:
+        def _local_values(self, logs: Any, global_values: dict[str, Any]) -> dict[str, Any]:
+            """This worker's own values of the metrics in ``logs`` (see keras_callback)."""
             values: dict[str, Any] = {}
             for metric in getattr(self.model, "metrics", []):
+                if metric.name not in logs:
+                    continue
                 parts = _local_reduce_metric(self._strategy, metric)
                 if parts is not None:
                     totals, counts = parts
                     values[metric.name] = _Lazy(_mean_of_parts, len(totals), *totals, *counts)
+            replicas = getattr(self._strategy, "num_replicas_in_sync", 1)
+            if not values and replicas == 1:
+                # one replica (e.g. Keras 3 in one process): the local value is the global one
+                values = {k[len(GLOBAL_PREFIX):]: v for k, v in global_values.items()}
             return values
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
@@ -392,7 +419,7 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
                 values[GLOBAL_PREFIX + name] = _Lazy(_divide, value, self._divisor)
             self._last_global = dict(values)
             if self._local:
-                values.update({k: v for k, v in self._local_values().items() if k in (logs or {})})
+                values.update(self._local_values(logs or {}, self._last_global))
             self._reporter.add(self._step, values,
                                extra={"kind": "batch", "epoch": self._epoch, "batch": batch})
 
@@ -400,7 +427,7 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
             logs = logs or {}
             values: dict[str, Any] = {GLOBAL_PREFIX + k: v for k, v in logs.items()}
             if self._local:
-                values.update({k: v for k, v in self._local_values().items() if k in logs})
+                values.update(self._local_values(logs, values))
             self._check_divisor(logs)
             self._reporter.add(self._step, values, extra={"kind": "epoch", "epoch": epoch})
 
