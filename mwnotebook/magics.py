@@ -161,6 +161,9 @@ class MWMagics(Magics):
         if dashboard is not None:
             dashboard.finish(result)
         self.session.last_result = result
+        # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
+        # mw_result.metrics_frame(), mw_result.stdout(i).
+        self.shell.user_ns["mw_result"] = result
 
     @line_magic
     def mwcluster(self, line: str) -> None:

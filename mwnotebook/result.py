@@ -42,6 +42,12 @@ class RunResult:
     def stderr(self, worker: int) -> str:
         return self._stream(worker, "stderr")
 
+    def metrics_frame(self) -> Any:
+        """The metric records as a pandas DataFrame (pandas must be installed)."""
+        from .metrics import records_to_dataframe
+
+        return records_to_dataframe(self.metrics)
+
     @property
     def ok(self) -> bool:
         return all(o is not None and o.status == "ok" for o in self.outcomes)

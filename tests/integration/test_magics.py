@@ -93,3 +93,13 @@ def test_background_start_returns_at_once_and_the_next_cell_uses_it(shell, capsy
     assert "[worker 1] warm" in capsys.readouterr().out
     shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "print('again')")
     assert {p.pid for p in worker_processes()} == pids
+
+
+def test_the_result_is_plain_data_in_the_notebook_after_the_cell(shell):
+    shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard",
+                         "import mwnotebook.worker as mw\nfor s in range(3):\n    mw.report(step=s, loss=1.0 / (s + 1))")
+    result = shell.user_ns["mw_result"]
+    losses = sorted((r["worker"], r["step"], r["loss"]) for r in result.metrics)
+    assert losses == [(w, s, 1.0 / (s + 1)) for w in (0, 1) for s in range(3)]
+    frame = result.metrics_frame()
+    assert len(frame) == 6 and set(frame["worker"]) == {0, 1}

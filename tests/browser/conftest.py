@@ -1,0 +1,148 @@
+"""JupyterLab on loopback driven by Debian's headless Chromium through Playwright.
+
+Playwright's own browser download cannot work on these machines, so the browser is the system
+``chromium`` (``apt-get install -y chromium``). Everything started here is stopped at the end:
+the server is asked to shut down (which stops its kernels, and a notebook kernel's workers die
+with it), then anything of its process tree still alive is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import pytest
+
+CHROMIUM = os.environ.get("MWNOTEBOOK_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Lab:
+    """A running JupyterLab server: where it is and how to reach it."""
+
+    url: str
+    token: str
+    root: Path
+    process: subprocess.Popen
+    log_path: Path
+
+    def notebook_url(self, name: str) -> str:
+        return f"{self.url}/lab/tree/{name}?token={self.token}"
+
+    def api(self, path: str, method: str = "GET") -> object:
+        request = urllib.request.Request(f"{self.url}{path}", method=method,
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+def _stop_tree(process: subprocess.Popen, lab: Lab | None) -> None:
+    try:
+        tree = [psutil.Process(process.pid)] + psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    if lab is not None and process.poll() is None:
+        try:
+            lab.api("/api/shutdown", method="POST")
+        except OSError:
+            pass
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in tree:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("jupyterlab")
+    root = tmp_path_factory.mktemp("lab")
+    port, token = _free_port(), secrets.token_hex(16)
+    settings = root / ".settings"
+    news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))  # no pop-up, no network
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".config"), JUPYTERLAB_SETTINGS_DIR=str(settings),
+               JUPYTER_RUNTIME_DIR=str(root / ".runtime"), PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+           f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
+           f"--LabApp.workspaces_dir={root / '.workspaces'}", "--LabApp.extension_manager=readonly",
+           "--LabServerApp.announcements_url=", "--ServerApp.shutdown_no_activity_timeout=900"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log_path = root / "lab.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    server = Lab(f"http://127.0.0.1:{port}", token, root, process, log_path)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                server.api("/api/status")
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{server.log_tail()}")
+                time.sleep(0.3)
+        yield server
+    finally:
+        _stop_tree(process, server)
+
+
+@pytest.fixture
+def page(lab: Lab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            yield page
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+def copy_to_lab(lab: Lab, src: Path, name: str | None = None) -> str:
+    target = lab.root / (name or src.name)
+    shutil.copy(src, target)
+    return target.name

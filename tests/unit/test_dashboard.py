@@ -1,0 +1,227 @@
+"""The dashboard fed with fake events: traces, status, throttling, static copy, plain data."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mwnotebook.dashboard import Dashboard
+from mwnotebook.events import WorkerMetrics, WorkerOutput, WorkerStateChanged
+
+_PY2JS = ["_py2js_addTraces", "_py2js_restyle", "_py2js_relayout", "_py2js_update", "_py2js_animate"]
+
+
+def _count_figure_messages(dash: Dashboard) -> list[float]:
+    """Times at which the figure sent a message to the frontend (plotly's py->js traits)."""
+    sent: list[float] = []
+
+    def on_change(change):
+        if change["new"] is not None:
+            sent.append(time.monotonic())
+
+    dash.figure.observe(on_change, names=_PY2JS)
+    return sent
+
+
+def _metrics(worker, step, **values):
+    return WorkerMetrics(worker, ({"step": step, "time": 1000.0 + step * 0.01, **values},))
+
+
+def _names(dash):
+    """Names of the traces a user sees (the global one is hidden until reported)."""
+    return [t.name for t in dash.figure.data if t.visible is not False]
+
+
+def test_one_trace_per_worker_and_a_global_trace_once_reported():
+    dash = Dashboard(3)
+    assert _names(dash) == [f"worker {w} (local loss)" for w in range(3)]
+    for step in range(4):
+        for w in range(3):
+            dash(_metrics(w, step, loss=1.0 + w + step, global_loss=0.5 + step))
+    dash.finish()
+    assert _names(dash)[3] == "global loss (all workers)" and len(_names(dash)) == 4
+    for w in range(3):
+        assert list(dash.figure.data[w].x) == [0, 1, 2, 3]
+        assert list(dash.figure.data[w].y) == [1.0 + w + s for s in range(4)]
+    assert list(dash.figure.data[3].y) == [0.5, 1.5, 2.5, 3.5]
+
+
+def test_status_rows_follow_states_steps_values_and_rate():
+    dash = Dashboard(2)
+    dash(WorkerStateChanged(0, "starting"))
+    dash(WorkerStateChanged(1, "starting"))
+    rows = dash.status_rows()
+    assert [r["state"] for r in rows] == ["starting", "starting"]
+    for step in range(11):  # worker clock: 100 steps per second
+        dash(_metrics(0, step, loss=2.0 - step / 10))
+    dash(_metrics(1, 0, global_loss=0.75))
+    dash(WorkerStateChanged(0, "done"))
+    rows = dash.status_rows()
+    assert rows[0]["state"] == "done" and rows[0]["step"] == 10
+    assert rows[0]["last"] == pytest.approx(1.0) and rows[0]["scope"] == "local"
+    assert rows[0]["steps_per_s"] == pytest.approx(100.0)
+    # metrics imply the worker runs even if the state event was missed
+    assert rows[1]["state"] == "running" and rows[1]["scope"] == "global"
+    assert "(global)" in dash.status_html()
+
+
+def test_failed_worker_turns_red_with_its_error_name():
+    dash = Dashboard(2)
+    dash(_metrics(1, 0, loss=1.0))
+    dash(WorkerStateChanged(1, "failed", error="ResourceExhaustedError"))
+    dash.finish()
+    html = dash.status_html()
+    row = [r for r in html.split("<tr") if "mw-failed" in r]
+    assert len(row) == 1 and "ResourceExhaustedError" in row[0] and "background:#f8d7da" in row[0]
+    assert dash.status_widget.value == html
+    assert "failed: ResourceExhaustedError" in dash.figure.data[1].name
+    assert "ResourceExhaustedError" in dash.status_text()
+
+
+def test_output_events_are_ignored():
+    dash = Dashboard(1)
+    dash(WorkerOutput(0, "stream", {"name": "stdout", "text": "hi"}))
+    assert dash.records == [] and dash.update_times == []
+
+
+def test_frontend_updates_are_throttled_and_the_end_is_flushed():
+    dash = Dashboard(2, max_updates_per_s=5.0)
+    sent = _count_figure_messages(dash)
+    start = time.monotonic()
+    step = 0
+    while time.monotonic() - start < 1.6:  # workers report as fast as they can
+        for w in range(2):
+            dash(_metrics(w, step, loss=1.0 / (step + 1), global_loss=0.5 / (step + 1)))
+        step += 1
+    dash.finish()
+    assert step > 500, "the event path itself must be cheap"
+    # ~5 updates/s plus the final one; generous margins on a shared machine
+    assert 3 <= len(dash.update_times) <= 1.6 * 5 + 3
+    assert dash.max_update_rate(window=1.0) <= 6
+    # each update is exactly one batched figure message
+    assert len(sent) == len(dash.update_times)
+    for w in range(2):
+        assert dash.figure.data[w].x[-1] == step - 1  # nothing lost at the end
+    assert dash.store.point_count(0, "loss") == step
+
+
+def test_a_pending_change_reaches_the_frontend_without_further_events():
+    dash = Dashboard(1, max_updates_per_s=5.0)
+    dash(_metrics(0, 0, loss=1.0))  # first update goes out at once
+    dash(_metrics(0, 1, loss=0.5))  # inside the interval: waits for the timer
+    assert len(dash.figure.data[0].x) == 1
+    deadline = time.monotonic() + 5
+    while len(dash.figure.data[0].x) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(dash.figure.data[0].y) == [1.0, 0.5]
+
+
+def test_events_from_several_threads_lose_nothing():
+    dash = Dashboard(4)
+
+    def feed(worker):
+        for step in range(500):
+            dash(_metrics(worker, step, loss=float(step)))
+
+    threads = [threading.Thread(target=feed, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    dash.finish()
+    assert len(dash.records) == 2000
+    for w in range(4):
+        assert list(dash.figure.data[w].x) == list(range(500))
+
+
+def test_long_series_are_downsampled_for_display_but_kept_whole():
+    dash = Dashboard(1, max_points=500)
+    dash(WorkerMetrics(0, tuple({"step": s, "loss": float(s % 97)} for s in range(20_000))))
+    dash.finish()
+    assert len(dash.figure.data[0].x) <= 500
+    assert len(dash.records) == 20_000
+    frame = dash.dataframe()
+    assert len(frame) == 20_000 and frame["loss"].max() == 96.0
+
+
+def test_static_bundle_renders_without_a_kernel():
+    dash = Dashboard(2)
+    for step in range(3):
+        dash(_metrics(0, step, loss=1.0, global_loss=1.5))
+        dash(_metrics(1, step, loss=2.0, global_loss=1.5))
+    dash.finish()
+    bundle = dash.static_bundle()
+    fig_json = bundle["application/vnd.plotly.v1+json"]
+    assert [t["name"] for t in fig_json["data"]][:2] == ["worker 0 (local loss)", "worker 1 (local loss)"]
+    assert "worker 0" in bundle["text/plain"]
+    # the HTML holds the picture (GitHub, offline) and a script that swaps in plotly when it can
+    html = bundle["text/html"]
+    assert html.count("<svg") == 1 and "Plotly.newPlot" in html and "cdn.plot.ly/plotly-" in html
+    assert bundle["image/svg+xml"] in html
+
+
+def test_svg_picture_has_one_line_per_series_with_every_displayed_point():
+    import xml.etree.ElementTree as ET
+
+    dash = Dashboard(2, max_points=100)
+    for step in range(1000):
+        dash(_metrics(0, step, loss=1.0 / (step + 1), global_loss=0.5))
+        dash(_metrics(1, step, loss="NaN" if step == 10 else 2.0 / (step + 1), global_loss=0.5))
+    dash.finish()
+    root = ET.fromstring(dash.svg())
+    lines = {el.get("data-name"): el.get("points").split() for el in root.iter("{http://www.w3.org/2000/svg}polyline")}
+    assert set(lines) == {"worker 0 (local loss)", "worker 1 (local loss)", "global loss (all workers)"}
+    assert len(lines["worker 0 (local loss)"]) == len(dash.figure.data[0].x) <= 100
+    assert len(lines["worker 1 (local loss)"]) <= 100  # the NaN point is left out, not drawn at 0
+    for points in lines.values():
+        for point in points:
+            x, y = map(float, point.split(","))
+            assert 0 <= x <= 720 and 0 <= y <= 320
+
+
+def test_svg_of_an_empty_run_is_still_a_picture():
+    import xml.etree.ElementTree as ET
+
+    ET.fromstring(Dashboard(1).svg())
+
+
+def test_finish_replaces_live_widgets_by_static_copies_under_the_same_display_ids():
+    """In a kernel, display ids let finish() swap the widgets for the static bundle."""
+    updates = []
+
+    class Handle:
+        def __init__(self, name):
+            self.name = name
+
+        def update(self, obj, raw=False):
+            updates.append((self.name, raw, obj))
+
+    dash = Dashboard(1)
+    dash._chart_handle, dash._status_handle = Handle("chart"), Handle("status")
+    dash(_metrics(0, 0, loss=1.0))
+    dash.finish()
+    assert [u[0] for u in updates] == ["chart", "status"]
+    assert "application/vnd.plotly.v1+json" in updates[0][2] and updates[0][1] is True
+    assert "mw-status" in updates[1][2]["text/html"]
+
+
+def test_rejects_empty_cluster():
+    with pytest.raises(ValueError):
+        Dashboard(0)
+
+
+def test_how_a_run_ended_survives_the_restart_that_follows_a_failure():
+    dash = Dashboard(2)
+    dash(WorkerStateChanged(0, "running"))
+    dash(WorkerStateChanged(1, "running"))
+    dash(WorkerStateChanged(1, "failed", error="ValueError"))
+    dash(WorkerStateChanged(0, "failed", error="KeyboardInterrupt"))
+    for w in range(2):  # the cluster restarts the group after the failure
+        dash(WorkerStateChanged(w, "starting"))
+        dash(WorkerStateChanged(w, "idle"))
+    assert [(r["state"], r["error"]) for r in dash.status_rows()] == [
+        ("failed", "KeyboardInterrupt"), ("failed", "ValueError")]
+    dash(WorkerStateChanged(1, "running"))  # a new run on the same dashboard starts afresh
+    assert dash.status_rows()[1]["state"] == "running" and dash.status_rows()[1]["error"] == ""
