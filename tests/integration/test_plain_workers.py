@@ -75,6 +75,8 @@ def test_error_on_one_worker_stops_the_others(cluster):
     assert "worker 2 raised ValueError: bad batch" in str(err)
     # The sleeping workers were interrupted; the group restarted and works again.
     assert err.restarted
+    cluster.start()  # the restart runs in the background; this waits for it
+    assert all(info.alive for info in cluster.status())
     assert not pids_before & {info.pid for info in cluster.status()}
     assert cluster.run("print('ok')").stdout(0) == "ok\n"
 

@@ -126,6 +126,7 @@ def test_killed_remote_kernel_fails_the_run_and_cleans_up(ssh_home: netns_hosts.
         assert error.restarted
 
         # The group was restarted on the same hosts: fresh kernels, nothing of the old ones left.
+        cluster.start()  # the restart runs in the background; this waits for it
         status = cluster.status()
         assert all(s.alive for s in status)
         assert [s.host for s in status] == [h0.alias, h1.alias]
