@@ -22,6 +22,11 @@ RELEASE_CODE = ("try:\n    import mwnotebook.worker._lifetime as _mwl\n    _mwl.
                 "except ImportError:\n    pass\n")
 
 
+#: Evaluated by each worker after every cell (an execute request's user_expressions): "True" when
+#: replaced objects must be freed between cells (see mwnotebook/worker/_lifetime.py).
+SETTLE_EXPRESSION = "__import__('mwnotebook.worker._lifetime', fromlist=['settle']).settle()"
+
+
 def setup_code(spec: ClusterSpec) -> str:
     """Code executed silently in every worker right after it starts."""
     parts = [LIFETIME_CODE]

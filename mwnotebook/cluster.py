@@ -27,7 +27,7 @@ from .result import RunResult
 from .spec import ClusterSpec
 from .tf_config import tf_config_for
 from .worker_connection import ExecutionOutcome, Worker
-from .bootstrap import RELEASE_CODE, setup_code, visible_devices_per_worker
+from .bootstrap import RELEASE_CODE, SETTLE_EXPRESSION, setup_code, visible_devices_per_worker
 
 log = logging.getLogger(__name__)
 
@@ -300,10 +300,11 @@ class AsyncCluster:
         self._running = True
         self._emit = on_event or _ignore
         self._abort = asyncio.Event()
+        cell = _CellRun(self, code, timeout, restart_on_failure)
         try:
-            return await _CellRun(self, code, timeout, restart_on_failure).run()
+            return await cell.run()
         finally:
-            if self._workers:
+            if self._workers and cell.needs_release():
                 self._release_task = asyncio.ensure_future(self._release(list(self._workers)))
             self._running = False
             self._abort = None
@@ -353,6 +354,11 @@ class _CellRun:
         self.interrupted: set[int] = set()
         self.unresponsive: set[int] = set()
 
+    def needs_release(self) -> bool:
+        """Whether any worker holds replaced objects to free between cells (unknown counts as yes)."""
+        return any(o is None or o.status != "ok" or o.expression("settle") == "True"
+                   for o in self.result.outcomes)
+
     def _on_output(self, index: int):
         def handle(msg: dict[str, Any]) -> None:
             for event in events_from_iopub(index, msg):
@@ -364,7 +370,8 @@ class _CellRun:
         started = time.monotonic()
         for w in self.workers:
             self.cluster._set_state(w.index, "running")
-        tasks = {w.index: asyncio.ensure_future(w.execute(self.code, self._on_output(w.index)))
+        tasks = {w.index: asyncio.ensure_future(w.execute(self.code, self._on_output(w.index),
+                                                          user_expressions={"settle": SETTLE_EXPRESSION}))
                  for w in self.workers}
         deadline = None if self.timeout is None else started + self.timeout
         trigger = await self._wait(tasks, deadline)

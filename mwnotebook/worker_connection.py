@@ -35,6 +35,12 @@ class ExecutionOutcome:
     evalue: str = ""
     traceback: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    user_expressions: dict[str, Any] = field(default_factory=dict)
+
+    def expression(self, name: str) -> str | None:
+        """The text/plain value of a user expression that evaluated without error."""
+        value = self.user_expressions.get(name) or {}
+        return value.get("data", {}).get("text/plain") if value.get("status") == "ok" else None
 
 
 class Worker:
@@ -94,19 +100,21 @@ class Worker:
         tail = getattr(self.handle, "log_tail", lambda: "")()
         return f"\nIts log ends with:\n{tail}" if tail else ""
 
-    async def execute(self, code: str, on_output: MessageCallback, silent: bool = False) -> ExecutionOutcome:
+    async def execute(self, code: str, on_output: MessageCallback, silent: bool = False,
+                      user_expressions: dict[str, str] | None = None) -> ExecutionOutcome:
         """Run ``code``; call ``on_output`` with each output message; return when the kernel is idle.
 
         Completion needs both the execute_reply and IOPub's ``idle`` for this request, so that every
         output has been relayed before the outcome is returned.
         """
         async with self._busy:
-            return await self._execute(code, on_output, silent)
+            return await self._execute(code, on_output, silent, user_expressions or {})
 
-    async def _execute(self, code: str, on_output: MessageCallback, silent: bool) -> ExecutionOutcome:
+    async def _execute(self, code: str, on_output: MessageCallback, silent: bool,
+                       user_expressions: dict[str, str]) -> ExecutionOutcome:
         started = time.monotonic()
         msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
-                                     stop_on_error=False)
+                                     stop_on_error=False, user_expressions=user_expressions)
         reply_task = asyncio.ensure_future(self._reply_for(msg_id, "execute_reply"))
         try:
             while True:
@@ -126,7 +134,7 @@ class Worker:
         return ExecutionOutcome(
             status=content.get("status", "error"), ename=content.get("ename", ""),
             evalue=content.get("evalue", ""), traceback=list(content.get("traceback", [])),
-            seconds=time.monotonic() - started)
+            seconds=time.monotonic() - started, user_expressions=dict(content.get("user_expressions") or {}))
 
     async def _reply_for(self, msg_id: str, msg_type: str, timeout: float | None = None) -> dict[str, Any]:
         async def wait() -> dict[str, Any]:

@@ -13,6 +13,7 @@ collective can be in flight anywhere.
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 _held: list[list[Any]] = []
@@ -39,10 +40,37 @@ def install() -> None:
     _installed = True
 
 
+def settle() -> bool:
+    """At the end of a cell (the cluster asks through the execute request's user_expressions, so
+    it costs no extra round trip): True when a :func:`release` between cells is needed.
+
+    A cell that replaced nothing (the hold only references objects the namespace still has), or a
+    worker without TensorFlow, needs none: the hold is dropped here at once.
+    """
+    if not _held:
+        return False
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    current = {id(v) for v in shell.user_ns.values()} if shell is not None else set()
+    replaced = any(id(v) not in current for snapshot in _held for v in snapshot)
+    if replaced and "tensorflow" in sys.modules:
+        return True
+    _held.clear()
+    return False
+
+
 def release() -> int:
-    """Drop the held references (collecting what they kept alive); returns how many cells' worth."""
+    """Drop the held references; returns how many cells' worth.
+
+    TensorFlow objects (strategies, models) sit in reference cycles, which only the garbage
+    collector frees: left to run whenever, it could free them in the middle of the next cell's
+    collectives, so it runs here, between cells. Without TensorFlow loaded there is nothing to
+    protect, and a full collection (tens of ms) would only slow every cell down.
+    """
     count = len(_held)
     if count:
         _held.clear()
-        gc.collect()
+        if "tensorflow" in sys.modules:
+            gc.collect()
     return count
