@@ -364,12 +364,19 @@ async def _drive(cluster: Any, code: str, preamble: str, observer: RunObserver, 
     return outcome
 
 
+def _read_script(command: str, script: Path, stderr: TextIO) -> str | None:
+    """The script's text, or None after saying on stderr why it cannot be read."""
+    try:
+        return script.read_text()
+    except OSError as exc:
+        print(f"mwnotebook {command}: cannot read {script}: {exc.strerror or exc}", file=stderr)
+        return None
+
+
 def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     script = Path(ns.script)
-    try:
-        code = script.read_text()
-    except OSError as exc:
-        print(f"mwnotebook run: cannot read {script}: {exc.strerror or exc}", file=stderr)
+    code = _read_script("run", script, stderr)
+    if code is None:
         return EXIT_USAGE
     args = list(ns.script_args)
     if args and args[0] == "--":
@@ -404,10 +411,8 @@ def cmd_export(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from .export import export_cell  # noqa: PLC0415
 
     script = Path(ns.script)
-    try:
-        code = script.read_text()
-    except OSError as exc:
-        print(f"mwnotebook export: cannot read {script}: {exc.strerror or exc}", file=stderr)
+    code = _read_script("export", script, stderr)
+    if code is None:
         return EXIT_USAGE
     job = export_cell(code, ns.out, spec_from_options(ns), ports=ns.ports)
     print(job.summary(), file=stdout)

@@ -8,9 +8,14 @@ import psutil
 import pytest
 
 
-def is_worker(proc: psutil.Process) -> bool:
+WORKER_MODULES = ("mwnotebook.worker_kernel",)
+
+
+def is_worker(proc: psutil.Process, modules: tuple[str, ...] = WORKER_MODULES) -> bool:
+    """A live (not zombie) process running one of mwnotebook's ``modules``."""
     try:
-        return "mwnotebook.worker_kernel" in proc.cmdline() and proc.status() != psutil.STATUS_ZOMBIE
+        cmd = proc.cmdline()
+        return any(m in cmd for m in modules) and proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 
@@ -23,12 +28,12 @@ def worker_processes() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if is_worker(p)]
 
 
-def alive_workers(pids: set[int]) -> set[int]:
-    """Those of ``pids`` that are still live worker kernels, wherever they were reparented."""
+def alive_workers(pids: set[int], modules: tuple[str, ...] = WORKER_MODULES) -> set[int]:
+    """Those of ``pids`` that are still live mwnotebook processes, wherever they were reparented."""
     alive = set()
     for pid in pids:
         try:
-            if is_worker(psutil.Process(pid)):
+            if is_worker(psutil.Process(pid), modules):
                 alive.add(pid)
         except psutil.NoSuchProcess:
             continue

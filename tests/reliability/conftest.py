@@ -26,6 +26,8 @@ pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip insta
 
 from mwnotebook.events import WorkerStateChanged  # noqa: E402
 
+from ..conftest import alive_workers, is_worker  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 HERE = pathlib.Path(__file__).resolve().parent
@@ -138,11 +140,7 @@ def _scenario_key(name: str) -> tuple[int, str]:
 
 # ----------------------------------------------------------------------------- processes
 def is_mw_process(proc: psutil.Process, modules: tuple[str, ...] = MW_MODULES) -> bool:
-    try:
-        cmd = proc.cmdline()
-        return any(m in cmd for m in modules) and proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+    return is_worker(proc, modules)
 
 
 def mw_descendants(pid: int | None = None, modules: tuple[str, ...] = MW_MODULES) -> set[int]:
@@ -155,14 +153,8 @@ def mw_descendants(pid: int | None = None, modules: tuple[str, ...] = MW_MODULES
 
 
 def alive_mw(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            if is_mw_process(psutil.Process(pid)):
-                alive.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
+    """Worker kernels and namespace holders among ``pids`` that are still alive."""
+    return alive_workers(pids, MW_MODULES)
 
 
 def wait_gone(pids: set[int], timeout: float) -> tuple[set[int], float]:
