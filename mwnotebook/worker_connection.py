@@ -66,7 +66,9 @@ class Worker:
         kernel, which misfires while a loaded machine is still starting the kernel; the process
         handle is the truth here.
         """
-        self.client.start_channels()
+        # No heartbeat channel: liveness comes from the process handle, and jupyter_client's heartbeat
+        # thread, when a start fails fast, creates its socket after the client was torn down.
+        self.client.start_channels(hb=False)
         deadline = time.monotonic() + timeout
         while True:
             if not await self.handle.is_alive():
