@@ -52,7 +52,7 @@ def hand_launch_seed() -> tuple[float, list[str], list[int]]:
 
     Returns (wall seconds, the two result lines, peak RSS in KiB of each worker process).
     """
-    from mwnotebook.tf_config import PortReservation
+    from mwnotebook.config.tf_config import PortReservation
 
     reservation = PortReservation.reserve(2)
     ports = reservation.ports

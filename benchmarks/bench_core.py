@@ -13,11 +13,10 @@ import os
 import time
 
 import psutil
-
 from _common import SEED_CODE, SEED_LINE, hand_launch_seed, median, write_result
 
 from mwnotebook import Cluster
-from mwnotebook.events import WorkerOutput
+from mwnotebook.shared.events import WorkerOutput
 
 
 def check_seed(result) -> None:

@@ -20,12 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "remote")]
 
 import netns_hosts  # noqa: E402
+
 from mwnotebook import Cluster  # noqa: E402
 
 TF_CELL = "import tensorflow as tf\nprint(tf.__version__, flush=True)"
 
 
-def measure(make: "callable[[], Cluster]") -> tuple[float, float]:
+def measure(make: callable[[], Cluster]) -> tuple[float, float]:
     started = time.perf_counter()
     with make() as cluster:
         cluster.start()

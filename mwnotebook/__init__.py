@@ -2,21 +2,31 @@
 
 ``%load_ext mwnotebook`` registers ``%%mwtrain`` and ``%mwcluster``; the same machinery is a plain
 Python API: :class:`Cluster` (blocking) and :class:`AsyncCluster`.
+
+The names below are loaded on first use (PEP 562), not at ``import mwnotebook``: a worker kernel
+imports ``mwnotebook.worker`` and must not load the engine (jupyter_client, zmq) that only the
+notebook process runs. See ARCHITECTURE.md for which process runs which package.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from .cluster import AsyncCluster, WorkerInfo
-from .errors import (ClusterInterrupted, ClusterRunError, ClusterStartError, ClusterStateError,
-                     ClusterTimeoutError, ConfigError, MWNotebookError, WorkerDiedError, WorkerError,
-                     WorkerFailure)
-from .result import RunResult
-from .spec import ClusterSpec
-from .sync import Cluster
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "AsyncCluster": "mwnotebook.engine.async_cluster",
+    "WorkerInfo": "mwnotebook.engine.async_cluster",
+    "Cluster": "mwnotebook.engine.cluster",
+    "RunResult": "mwnotebook.engine.result",
+    "ClusterSpec": "mwnotebook.config.spec",
+    **{name: "mwnotebook.errors" for name in (
+        "ClusterInterrupted", "ClusterRunError", "ClusterStartError", "ClusterStateError",
+        "ClusterTimeoutError", "ConfigError", "MWNotebookError", "WorkerDiedError", "WorkerError",
+        "WorkerFailure")},
+}
 
 __all__ = [
     "AsyncCluster", "Cluster", "ClusterInterrupted", "ClusterRunError", "ClusterSpec", "ClusterStartError",
@@ -25,15 +35,46 @@ __all__ = [
     "unload_ipython_extension",
 ]
 
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from mwnotebook.config.spec import ClusterSpec
+    from mwnotebook.engine.async_cluster import AsyncCluster, WorkerInfo
+    from mwnotebook.engine.cluster import Cluster
+    from mwnotebook.engine.result import RunResult
+    from mwnotebook.errors import (
+        ClusterInterrupted,
+        ClusterRunError,
+        ClusterStartError,
+        ClusterStateError,
+        ClusterTimeoutError,
+        ConfigError,
+        MWNotebookError,
+        WorkerDiedError,
+        WorkerError,
+        WorkerFailure,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mwnotebook' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext mwnotebook``: register the magics (IPython imported only here)."""
-    from .magics import register
+    from mwnotebook.frontend.magics import register
 
     register(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from .magics import unregister
+    from mwnotebook.frontend.magics import unregister
 
     unregister(ipython)

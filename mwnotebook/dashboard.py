@@ -17,7 +17,7 @@ its error name.
 Why the throttle: workers may report thousands of points per second; each widget update is a
 message to the browser. Events only update Python-side state; the frontend gets at most
 ``max_updates_per_s`` batched updates (``batch_update``), the last one when the run ends.
-Long series are downsampled for display (:func:`mwnotebook.metrics.downsample`); every point is
+Long series are downsampled for display (:func:`mwnotebook.shared.metrics.downsample`); every point is
 kept in :attr:`records`.
 
 After the run, :meth:`finish` replaces the live widgets (same display ids) by static copies:
@@ -35,11 +35,12 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from .events import Event, WorkerMetrics, WorkerStateChanged
-from .metrics import MetricsStore, as_float, downsample, global_key, is_step_record
+from mwnotebook.shared.events import Event, WorkerMetrics, WorkerStateChanged
+from mwnotebook.shared.metrics import MetricsStore, as_float, downsample, global_key, is_step_record
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +138,10 @@ def _trace_colour(worker: int) -> str:
     return palette[worker % len(palette)]
 
 
-_LAST: "Dashboard | None" = None
+_LAST: Dashboard | None = None
 
 
-def last_dashboard() -> "Dashboard":
+def last_dashboard() -> Dashboard:
     """The most recently created dashboard (e.g. the last ``%%mwtrain`` cell's), for its data::
 
         from mwnotebook.dashboard import last_dashboard
@@ -396,11 +397,11 @@ class Dashboard:
         svg = self.svg()
         box = f"mw-chart-{id(self):x}-{len(self.update_times)}"
         script = (
-            "(function(){var box=document.getElementById('%s');var fig=%s;"
-            "function draw(){box.innerHTML='';window.Plotly.newPlot(box,fig.data,fig.layout,{responsive:true});}"
-            "if(window.Plotly){draw();return;}var s=document.createElement('script');"
-            "s.src='https://cdn.plot.ly/plotly-%s.min.js';s.onload=draw;document.head.appendChild(s);})();"
-        ) % (box, fig_json.replace("</", "<\\/"), get_plotlyjs_version())
+            "(function(){{var box=document.getElementById('{}');var fig={};"
+            "function draw(){{box.innerHTML='';window.Plotly.newPlot(box,fig.data,fig.layout,{{responsive:true}});}}"
+            "if(window.Plotly){{draw();return;}}var s=document.createElement('script');"
+            "s.src='https://cdn.plot.ly/plotly-{}.min.js';s.onload=draw;document.head.appendChild(s);}})();"
+        ).format(box, fig_json.replace("</", "<\\/"), get_plotlyjs_version())
         return {
             "application/vnd.plotly.v1+json": json.loads(fig_json),
             "text/html": f'<div id="{box}" class="mw-static-chart">{svg}</div><script>{script}</script>',

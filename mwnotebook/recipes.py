@@ -25,10 +25,11 @@ Two things in the seed's snippet do not do what its comments say; both are fixed
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from .errors import ConfigError
+from mwnotebook.errors import ConfigError
 
 #: The batch size the seed's ``BASE_LR`` was tuned for (``BASE_LR * GLOBAL_BATCH_SIZE / 32``).
 SEED_BASE_BATCH = 32
@@ -104,7 +105,7 @@ class WarmupCosine:
     @classmethod
     def from_epochs(cls, base_lr: float, global_batch: int, *, steps_per_epoch: int,
                     warmup_epochs: float = 5, decay_steps: int = 1000,
-                    **kwargs: Any) -> "WarmupCosine":
+                    **kwargs: Any) -> WarmupCosine:
         """The seed's parameters: ``warmup_steps = WARMUP_EPOCHS * steps_per_epoch``."""
         _positive_int("steps_per_epoch", steps_per_epoch)
         return cls(base_lr, global_batch, int(round(warmup_epochs * steps_per_epoch)),

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import KernelHandle, Launcher
-from .local import LocalLauncher
+from mwnotebook.launchers.base import KernelHandle, Launcher
+from mwnotebook.launchers.local import LocalLauncher
 
 if TYPE_CHECKING:
-    from ..spec import ClusterSpec
+    from mwnotebook.config.spec import ClusterSpec
 
 __all__ = ["KernelHandle", "Launcher", "LocalLauncher", "make_launcher"]
 
 
-def make_launcher(spec: "ClusterSpec") -> Launcher:
+def make_launcher(spec: ClusterSpec) -> Launcher:
     """The launcher a spec asks for: SSH when it names hosts, local otherwise."""
     if spec.hosts:
-        from .ssh import SSHLauncher  # imported lazily: asyncssh is only needed for remote hosts
+        from mwnotebook.launchers.ssh import SSHLauncher  # imported lazily: asyncssh is only needed for remote hosts
 
         return SSHLauncher.from_spec(spec)
     return LocalLauncher(python=spec.python, network=spec.network)

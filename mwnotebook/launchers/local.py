@@ -17,15 +17,16 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from jupyter_client.connect import write_connection_file
 from jupyter_client.launcher import launch_kernel
 from jupyter_client.session import new_id_bytes
 
-from ..errors import ClusterStartError
-from ..netns import NamespaceUnavailable, NetworkNamespace
-from ..tf_config import PortReservation, format_address
+from mwnotebook.config.tf_config import PortReservation, format_address
+from mwnotebook.errors import ClusterStartError
+from mwnotebook.launchers.netns import NamespaceUnavailable, NetworkNamespace
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ class LocalLauncher:
         log_path = os.path.join(self.runtime_dir, f"{name}.log")
         # No IPython history in workers: it is one SQLite file that every worker would write and
         # lock on every cell (the notebook keeps the history of what was run).
-        cmd = [self.python, "-m", "mwnotebook.worker_kernel", "-f", connection_file,
+        cmd = [self.python, "-m", "mwnotebook.launchers.entry.worker_kernel", "-f", connection_file,
                "--HistoryManager.enabled=False"]
         if self._namespace is not None:
             cmd = self._namespace.command_prefix() + cmd

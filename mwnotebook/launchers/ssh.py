@@ -3,7 +3,7 @@ known_hosts are honoured through asyncssh's defaults). No protocol code of our o
 
 Per host, the launcher keeps SSH connections (one, plus another each time sshd's MaxSessions,
 10 by default, refuses a new session). Every remote process is the small agent of
-``ssh_remote.py``, started as ``exec PYTHON -u -c BOOTSTRAP``; its source, then its configuration
+``entry/remote_agent.py``, started as ``exec PYTHON -u -c BOOTSTRAP``; its source, then its configuration
 (the signing key, TF_CONFIG and the rest of the worker environment) travel on the channel's stdin,
 never on a command line.
 
@@ -26,14 +26,15 @@ import contextlib
 import logging
 import sys
 import uuid
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import asyncssh
 
-from ..errors import ClusterStartError, ConfigError
-from ..hosts import HostSpec, HostsArg, worker_hosts
-from ..tf_config import format_address
-from .ssh_channel import Agent, agent_error, describe_connect_error
+from mwnotebook.config.hosts import HostsArg, HostSpec, worker_hosts
+from mwnotebook.config.tf_config import format_address
+from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.launchers.ssh_channel import Agent, agent_error, describe_connect_error
 
 __all__ = ["SSHLauncher", "SSHKernelHandle", "parse_tf_address"]
 
@@ -44,7 +45,7 @@ DEFAULT_REQUIRE = ("ipykernel", "tensorflow")
 #: Upper bound on SSH connections to one host (each carries up to sshd's MaxSessions sessions).
 MAX_CONNECTIONS_PER_HOST = 16
 
-HostKey = Tuple[str, Optional[str], Optional[int]]
+HostKey = tuple[str, str | None, int | None]
 
 
 def parse_tf_address(value: str | None, placement: Sequence[HostSpec]) -> dict[str, str]:
@@ -186,7 +187,7 @@ class SSHLauncher:
         self._handles: list[SSHKernelHandle] = []
 
     @classmethod
-    def from_spec(cls, spec: Any) -> "SSHLauncher":
+    def from_spec(cls, spec: Any) -> SSHLauncher:
         """Build from a ``ClusterSpec`` (``hosts``, ``workers``, ``python``, ``tf_address``,
         ``startup_timeout`` and, where the spec has it, ``workers_per_host``)."""
         return cls(

@@ -1,4 +1,4 @@
-"""The SSH side of one remote agent run (see ``ssh_remote.py``), and the sentences that turn SSH
+"""The SSH side of one remote agent run (see ``entry/remote_agent.py``), and the sentences that turn SSH
 and agent failures into start-up errors a user can act on."""
 
 from __future__ import annotations
@@ -10,17 +10,18 @@ import logging
 import os
 import shlex
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import asyncssh
 
-from ..hosts import HostSpec
-from .ssh_remote import BOOTSTRAP
+from mwnotebook.config.hosts import HostSpec
+from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
 
 log = logging.getLogger(__name__)
 
-_AGENT_SOURCE = Path(__file__).with_name("ssh_remote.py").read_text(encoding="utf-8")
+_AGENT_SOURCE = Path(__file__).parent.joinpath("entry", "remote_agent.py").read_text(encoding="utf-8")
 
 
 class Agent:
@@ -33,7 +34,7 @@ class Agent:
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
 
     @classmethod
-    async def start(cls, conn: asyncssh.SSHClientConnection, host: str, python: str) -> "Agent":
+    async def start(cls, conn: asyncssh.SSHClientConnection, host: str, python: str) -> Agent:
         """Run the agent, which then waits for :meth:`configure`; raises
         ``asyncssh.ChannelOpenError`` when the connection has no room for another session."""
         command = f"exec {shlex.quote(python)} -u -c {shlex.quote(BOOTSTRAP)}"

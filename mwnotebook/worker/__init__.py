@@ -9,7 +9,7 @@ Nothing here imports TensorFlow until it is needed.
 
 from __future__ import annotations
 
-from ._report import flush, keras_callback, report
-from ._strategy import global_batch, num_replicas, strategy, visible_devices
+from mwnotebook.worker._report import flush, keras_callback, report
+from mwnotebook.worker._strategy import global_batch, num_replicas, strategy, visible_devices
 
 __all__ = ["flush", "global_batch", "keras_callback", "num_replicas", "report", "strategy", "visible_devices"]

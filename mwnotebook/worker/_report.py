@@ -17,7 +17,7 @@ Cost model (why it is built this way):
   timer flushes a buffer that would otherwise wait for the next report (e.g. during evaluation).
 
 Local and global values: by convention ``loss`` is the worker's own value and ``global_loss`` the
-value over all workers (see :mod:`mwnotebook.metrics`).
+value over all workers (see :mod:`mwnotebook.shared.metrics`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ..events import METRICS_MIME
-from ..metrics import GLOBAL_PREFIX, encode_float
+from mwnotebook.shared.events import METRICS_MIME
+from mwnotebook.shared.metrics import GLOBAL_PREFIX, encode_float
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +290,8 @@ def report(step: Any = None, **metrics: Any) -> None:
     computes on its own shard ``loss`` (one curve per worker) and a value reduced over all workers
     ``global_loss`` (one "global" curve). Values may be Python or numpy numbers, tensors or
     variables; inside a ``tf.function`` they are recorded when the step runs. ``step`` defaults
-    to one more than the previous step (0 for the first report of a cell). Outside a kernel (a plain script) reporting does nothing.
+    to one more than the previous step (0 for the first report of a cell). Outside a kernel (a plain script)
+    reporting does nothing.
     """
     reporter().report(step, **metrics)
 

@@ -24,8 +24,8 @@ import os
 import threading
 from typing import Any
 
-from ..errors import ConfigError
-from ..recipes import global_batch_size
+from mwnotebook.errors import ConfigError
+from mwnotebook.recipes import global_batch_size
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
 import stat
@@ -11,8 +10,8 @@ import time
 
 import pytest
 
-from mwnotebook import (Cluster, ClusterTimeoutError, WorkerDiedError, WorkerError)
-from mwnotebook.relay import TextRelay
+from mwnotebook import Cluster, ClusterTimeoutError, WorkerDiedError, WorkerError
+from mwnotebook.engine.relay import TextRelay
 
 from ..conftest import wait_for_no_workers, worker_processes
 

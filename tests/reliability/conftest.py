@@ -24,7 +24,7 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install -e '.[tensorflow-cpu]'")
 
-from mwnotebook.events import WorkerStateChanged  # noqa: E402
+from mwnotebook.shared.events import WorkerStateChanged  # noqa: E402
 
 from ..conftest import alive_workers, is_worker  # noqa: E402
 
@@ -33,8 +33,8 @@ DATA = ROOT / "tests" / "data"
 HERE = pathlib.Path(__file__).resolve().parent
 SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
 #: Processes mwnotebook starts: worker kernels and the holders of private network namespaces.
-MW_MODULES = ("mwnotebook.worker_kernel", "mwnotebook.netns_holder")
-WORKER_KERNELS = ("mwnotebook.worker_kernel",)
+MW_MODULES = ("mwnotebook.launchers.entry.worker_kernel", "mwnotebook.launchers.entry.netns_holder")
+WORKER_KERNELS = ("mwnotebook.launchers.entry.worker_kernel",)
 
 #: A tf_keras ``fit`` that would run for hours; each worker drops a stamp file at batch 5 (training is
 #: really under way), and ``{fault}`` runs in the same callback.
@@ -177,7 +177,7 @@ def kill_all(pids: set[int]) -> None:
             pass
 
 
-def wait_for_file(path: pathlib.Path, timeout: float, while_running: "CellThread | None" = None) -> None:
+def wait_for_file(path: pathlib.Path, timeout: float, while_running: CellThread | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         if while_running is not None and while_running.done:

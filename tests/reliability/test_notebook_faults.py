@@ -21,8 +21,7 @@ import pytest
 
 from mwnotebook import Cluster
 
-from .conftest import (LONG_FIT, WORKER_KERNELS, kill_all, mw_descendants, record, seed_lines_ok, wait_gone,
-                       worker_lines)
+from .conftest import LONG_FIT, WORKER_KERNELS, kill_all, mw_descendants, record, seed_lines_ok, wait_gone, worker_lines
 
 pytestmark = [pytest.mark.reliability, pytest.mark.tf]
 

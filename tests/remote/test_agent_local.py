@@ -1,4 +1,4 @@
-"""The remote agent (ssh_remote.py) driven directly over pipes, without SSH or root: the same
+"""The remote agent (launchers/entry/remote_agent.py) driven directly over pipes, without SSH or root: the same
 bootstrap, the same stdin protocol. Runs wherever Python and ipykernel do."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mwnotebook.launchers import ssh_remote
-from mwnotebook.launchers.ssh_remote import BOOTSTRAP
+from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

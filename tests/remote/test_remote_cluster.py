@@ -10,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import netns_hosts
-from mwnotebook import Cluster, ClusterStartError, WorkerDiedError
-from mwnotebook.events import Event, WorkerOutput
+import pytest
 from seed_cell import SEED_CELL, expected_line
+
+from mwnotebook import Cluster, ClusterStartError, WorkerDiedError
+from mwnotebook.shared.events import Event, WorkerOutput
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -6,10 +6,9 @@ import sys
 from pathlib import Path
 
 import nbformat
+import netns_hosts
 import pytest
 from nbclient import NotebookClient
-
-import netns_hosts
 from seed_cell import expected_line
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]

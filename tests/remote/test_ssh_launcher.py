@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import netns_hosts
 import pytest
 from jupyter_client.asynchronous import AsyncKernelClient
 
-import netns_hosts
+from mwnotebook.config.tf_config import tf_config_json
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle, Launcher
 from mwnotebook.launchers.ssh import SSHKernelHandle, SSHLauncher
-from mwnotebook.tf_config import tf_config_json
 
 pytestmark = [pytest.mark.remote, pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mwnotebook.events import METRICS_MIME
+from mwnotebook.shared.events import METRICS_MIME
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SEED_LINE = "[worker {i}] worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
@@ -30,7 +30,7 @@ class CommandRun:
     def __init__(self, args: list[str], cwd: Path) -> None:
         env = dict(os.environ)
         env.pop("TF_CONFIG", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "mwnotebook.cli", *args], cwd=cwd, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "mwnotebook.frontend.cli", *args], cwd=cwd, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
         self.stdout: list[tuple[float, str]] = []
         self.stderr: list[tuple[float, str]] = []

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mwnotebook.export import export_cell
-from mwnotebook.spec import ClusterSpec
+from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.frontend.export import export_cell
 
 pytestmark = pytest.mark.tf
 

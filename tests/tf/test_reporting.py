@@ -25,7 +25,7 @@ import pytest
 from nbclient import NotebookClient
 
 from mwnotebook.dashboard import Dashboard
-from mwnotebook.events import WorkerMetrics
+from mwnotebook.shared.events import WorkerMetrics
 
 from .conftest import SEED_LINE
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from mwnotebook import AsyncCluster, ClusterStartError, ClusterStateError
-from mwnotebook.diagnose import diagnose
+from mwnotebook.engine.diagnose import diagnose
 
 
 class FakeHandle:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from mwnotebook.dashboard import Dashboard
-from mwnotebook.events import WorkerMetrics, WorkerOutput, WorkerStateChanged
+from mwnotebook.shared.events import WorkerMetrics, WorkerOutput, WorkerStateChanged
 
 _PY2JS = ["_py2js_addTraces", "_py2js_restyle", "_py2js_relayout", "_py2js_update", "_py2js_animate"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mwnotebook import devices
+from mwnotebook.config import devices
 from mwnotebook.errors import ConfigError
 
 
@@ -90,7 +90,7 @@ def test_visible_devices_per_worker_from_a_cluster_spec():
 
 def test_shared_gpus_get_memory_growth_through_worker_env():
     from mwnotebook import ClusterSpec
-    from mwnotebook.worker_setup import worker_env
+    from mwnotebook.config.worker_env import worker_env
 
     assert worker_env(ClusterSpec(workers=2)) == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     assert worker_env(ClusterSpec(workers=1)) == {}

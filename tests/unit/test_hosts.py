@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from mwnotebook.config.hosts import HostSpec, parse_host, parse_hosts, worker_hosts
 from mwnotebook.errors import ConfigError
-from mwnotebook.hosts import HostSpec, parse_host, parse_hosts, worker_hosts
 from mwnotebook.launchers.ssh import parse_tf_address
 
 
@@ -89,9 +89,9 @@ def test_tf_address_override() -> None:
 def test_launcher_from_spec_places_workers_without_connecting() -> None:
     import sys
 
+    from mwnotebook.config.spec import ClusterSpec
     from mwnotebook.launchers import make_launcher
     from mwnotebook.launchers.ssh import SSHLauncher
-    from mwnotebook.spec import ClusterSpec
 
     launcher = make_launcher(ClusterSpec(workers=3, hosts=("a", "u@b:2222*2"), tf_address="b=10.0.0.2"))
     assert isinstance(launcher, SSHLauncher)

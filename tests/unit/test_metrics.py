@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from mwnotebook.metrics import (
+from mwnotebook.shared.metrics import (
     MetricsStore,
     as_float,
     downsample,

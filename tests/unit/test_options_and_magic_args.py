@@ -4,9 +4,9 @@ UsageError before anything starts."""
 import pytest
 from IPython.core.error import UsageError
 
+from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
-from mwnotebook.magics import _parse, _spec, mwcluster_parser, mwtrain_parser
-from mwnotebook.spec import ClusterSpec
+from mwnotebook.frontend.magics import _parse, _spec, mwcluster_parser, mwtrain_parser
 
 
 def spec_of(line: str) -> ClusterSpec:

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from mwnotebook import profiling, recipes, worker_setup
+from mwnotebook import profiling, recipes
+from mwnotebook.config import worker_env as worker_setup
 from mwnotebook.errors import ConfigError
 
 

@@ -2,8 +2,8 @@
 
 import io
 
-from mwnotebook.events import METRICS_MIME, WorkerMetrics, WorkerOutput
-from mwnotebook.relay import LineLabeller, TextRelay, events_from_iopub
+from mwnotebook.engine.relay import LineLabeller, TextRelay, events_from_iopub
+from mwnotebook.shared.events import METRICS_MIME, WorkerMetrics, WorkerOutput
 
 
 def stream(worker_text, name="stdout"):

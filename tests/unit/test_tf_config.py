@@ -3,7 +3,7 @@ import socket
 
 import pytest
 
-from mwnotebook.tf_config import PortReservation, format_address, tf_config_for, tf_config_json
+from mwnotebook.config.tf_config import PortReservation, format_address, tf_config_for, tf_config_json
 
 
 def test_cluster_is_identical_and_only_index_differs():

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from jupyter_client.asynchronous import AsyncKernelClient
 
-from .errors import ClusterStartError
-from .launchers.base import KernelHandle
+from mwnotebook.errors import ClusterStartError
+from mwnotebook.launchers.base import KernelHandle
 
 log = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ class NetworkNamespace:
         self._user_ns = user_ns
 
     @classmethod
-    async def create(cls, port_count: int, python: str | None = None) -> "NetworkNamespace":
+    async def create(cls, port_count: int, python: str | None = None) -> NetworkNamespace:
         if not sys.platform.startswith("linux") or not shutil.which("unshare") or not shutil.which("nsenter"):
             raise NamespaceUnavailable("unshare/nsenter (util-linux) are not available")
         user_ns = os.geteuid() != 0
         cmd = ["unshare", "--net"] + (["--user", "--map-root-user"] if user_ns else [])
-        cmd += ["--", python or sys.executable, "-m", "mwnotebook.netns_holder", str(port_count)]
+        cmd += ["--", python or sys.executable, "-m", "mwnotebook.launchers.entry.netns_holder", str(port_count)]
         # Its own session: the notebook's stop button signals the notebook kernel's process group,
         # which must not take the namespace (and with it every worker restart) down.
         process = await asyncio.to_thread(

@@ -3,9 +3,9 @@ and the set-up code it runs (TensorFlow preload, mixed precision, XLA)."""
 
 from __future__ import annotations
 
-from .devices import visible_devices_per_worker as _partition_devices
-from .spec import ClusterSpec
-from .worker_setup import setup_code as _recipe_code
+from mwnotebook.config.devices import visible_devices_per_worker as _partition_devices
+from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.config.worker_env import setup_code as _recipe_code
 
 #: Imports TensorFlow without running any TF op, so that a later MultiWorkerMirroredStrategy can
 #: still configure the process's collectives.

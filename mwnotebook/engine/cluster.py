@@ -1,4 +1,4 @@
-"""The typed, blocking facade over :class:`~mwnotebook.cluster.AsyncCluster` for notebook cells and
+"""The typed, blocking facade over :class:`~mwnotebook.engine.async_cluster.AsyncCluster` for notebook cells and
 scripts. Every method is explicit (no attribute forwarding), and events from a running cell are
 handed to ``on_event`` in the *caller's* thread, so a notebook's output lands in the right cell."""
 
@@ -9,19 +9,20 @@ import json
 import logging
 import queue
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ._runner import background_loop
-from .cluster import AsyncCluster, WorkerInfo
-from .events import Event, EventSink
-from .launchers import Launcher
-from .result import RunResult
-from .spec import ClusterSpec
+from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.engine.async_cluster import AsyncCluster, WorkerInfo
+from mwnotebook.engine.loop import background_loop
+from mwnotebook.engine.result import RunResult
+from mwnotebook.launchers import Launcher
+from mwnotebook.shared.events import Event, EventSink
 
 log = logging.getLogger(__name__)
 
 _DONE = object()
-_live: "weakref.WeakSet[Cluster]" = weakref.WeakSet()
+_live: weakref.WeakSet[Cluster] = weakref.WeakSet()
 
 
 class Cluster:
@@ -56,7 +57,7 @@ class Cluster:
         """Each worker's TF_CONFIG (the same cluster, a different ``task.index``)."""
         return self._core.tf_configs
 
-    def start(self, on_event: EventSink | None = None) -> "Cluster":
+    def start(self, on_event: EventSink | None = None) -> Cluster:
         """Start every worker (in parallel) and wait until all are ready. Does nothing if running."""
         self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event, on_interrupt=self._abandon)
         return self
@@ -142,7 +143,7 @@ class Cluster:
                              "del _j, _mw", timeout=120)
         return [json.loads(a) if a else None for a in answers]
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

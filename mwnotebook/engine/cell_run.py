@@ -7,16 +7,22 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from .bootstrap import SETTLE_EXPRESSION
-from .diagnose import diagnose, is_consequential
-from .errors import (ClusterInterrupted, ClusterRunError, ClusterTimeoutError, WorkerDiedError, WorkerError,
-                     WorkerFailure)
-from .relay import events_from_iopub
-from .result import RunResult
-from .worker_connection import ExecutionOutcome, Worker
+from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
+from mwnotebook.engine.connection import ExecutionOutcome, Worker
+from mwnotebook.engine.diagnose import diagnose, is_consequential
+from mwnotebook.engine.relay import events_from_iopub
+from mwnotebook.engine.result import RunResult
+from mwnotebook.errors import (
+    ClusterInterrupted,
+    ClusterRunError,
+    ClusterTimeoutError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerFailure,
+)
 
 if TYPE_CHECKING:
-    from .cluster import AsyncCluster
+    from mwnotebook.engine.async_cluster import AsyncCluster
 
 #: How often worker processes are checked for death while a cell runs.
 LIVENESS_POLL_SECONDS = 0.2
@@ -35,7 +41,7 @@ _PRIORITY = {"died": 0, "timeout": 1, "error": 1, "unresponsive": 1.5, "conseque
 class CellRun:
     """One cell on every worker: the wait, the abort, and the verdict."""
 
-    def __init__(self, cluster: "AsyncCluster", code: str, timeout: float | None, restart_allowed: bool) -> None:
+    def __init__(self, cluster: AsyncCluster, code: str, timeout: float | None, restart_allowed: bool) -> None:
         self.restart_allowed = restart_allowed
         self.cluster = cluster
         self.code = code

@@ -2,7 +2,8 @@
 
 Never imports TensorFlow (that would grab the GPUs in the notebook process). The count of GPUs
 on the machine comes from the NVIDIA driver's ``/proc/driver/nvidia/gpus`` (one entry per GPU,
-else ``nvidia-smi -L``), and only when ``CUDA_VISIBLE_DEVICES`` is unset: when it is set, the notebook's own selection is
+else ``nvidia-smi -L``), and only when ``CUDA_VISIBLE_DEVICES`` is unset: when it is set, the notebook's own
+selection is
 what workers share out ("respect an existing ``CUDA_VISIBLE_DEVICES``").
 
 Worker ``i`` of ``--gpus-per-worker K`` gets the visible entries ``i*K .. i*K+K-1``. Entries
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from mwnotebook.errors import ConfigError
 
 NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
 #: ``CUDA_VISIBLE_DEVICES`` value that hides every GPU (what ``--cpu`` sets).
@@ -158,7 +159,7 @@ def visible_devices_per_worker(spec: Any, *, environ: Mapping[str, str] | None =
     if spec.gpus_per_worker is None:
         return [None] * workers
     if spec.hosts:
-        from .hosts import worker_hosts
+        from mwnotebook.config.hosts import worker_hosts
 
         placement = worker_hosts(spec.hosts, workers)
         return list(partition_gpus_by_host([str(h.key) for h in placement], spec.gpus_per_worker))

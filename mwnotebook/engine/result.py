@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import Event, WorkerMetrics, WorkerOutput
-from .worker_connection import ExecutionOutcome
+from mwnotebook.engine.connection import ExecutionOutcome
+from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput
 
 
 @dataclass
@@ -44,7 +44,7 @@ class RunResult:
 
     def metrics_frame(self) -> Any:
         """The metric records as a pandas DataFrame (pandas must be installed)."""
-        from .metrics import records_to_dataframe
+        from mwnotebook.shared.metrics import records_to_dataframe
 
         return records_to_dataframe(self.metrics)
 

@@ -5,9 +5,10 @@ No I/O happens here except through the writers handed in, so tests feed fake mes
 
 from __future__ import annotations
 
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
-from .events import METRICS_MIME, Event, WorkerMetrics, WorkerOutput
+from mwnotebook.shared.events import METRICS_MIME, Event, WorkerMetrics, WorkerOutput
 
 DisplayFn = Callable[[dict[str, Any], dict[str, Any]], None]
 

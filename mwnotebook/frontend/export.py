@@ -21,14 +21,15 @@ import ast
 import logging
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
-from . import worker_setup
-from .errors import ConfigError
-from .hosts import worker_hosts
-from .tf_config import PortReservation, format_address, tf_config_json
+from mwnotebook.config import worker_env as worker_setup
+from mwnotebook.config.hosts import worker_hosts
+from mwnotebook.config.tf_config import PortReservation, format_address, tf_config_json
+from mwnotebook.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def tf_hosts(spec: ExportSpec) -> list[str]:
     placement = worker_hosts(spec.hosts, spec.workers)
     override: dict[str, str] = {}
     if spec.tf_address:
-        from .launchers.ssh import parse_tf_address  # noqa: PLC0415 - asyncssh only with --hosts
+        from mwnotebook.launchers.ssh import parse_tf_address  # noqa: PLC0415 - asyncssh only with --hosts
 
         override = parse_tf_address(spec.tf_address, placement)
     return [override.get(host.target, host.host) for host in placement]

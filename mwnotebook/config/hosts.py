@@ -14,10 +14,11 @@ chief, is always on the first host).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Union
 
-from .errors import ConfigError
+from mwnotebook.errors import ConfigError
 
 __all__ = ["HostSpec", "parse_host", "parse_hosts", "worker_hosts"]
 
@@ -73,7 +74,7 @@ def parse_host(entry: str) -> HostSpec:
     return HostSpec(host=match["v6"] or match["name"], user=match["user"], port=port, slots=count)
 
 
-HostsArg = Union[str, Sequence[Union[str, HostSpec]]]
+HostsArg = Union[str, Sequence[str | HostSpec]]
 
 
 def parse_hosts(hosts: HostsArg, workers_per_host: int | None = None) -> list[HostSpec]:

@@ -1,4 +1,5 @@
-"""Holder of a private network namespace for local workers: ``unshare --net python -m mwnotebook.netns_holder N``.
+"""Holder of a private network namespace for local workers: ``unshare --net python -m
+mwnotebook.launchers.entry.netns_holder N``.
 
 It brings ``lo`` up inside the namespace, reserves N TCP ports there for TensorFlow's gRPC servers,
 prints them as one line, and then lives exactly as long as its parent (stdin EOF or parent death).
@@ -35,7 +36,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for kernels, not for the namespace
     count = int(sys.argv[1])
     bring_loopback_up()
-    from .tf_config import PortReservation
+    from mwnotebook.config.tf_config import PortReservation
 
     reservation = PortReservation.reserve(count, bind_host="0.0.0.0")
     print(" ".join(str(p) for p in reservation.ports), flush=True)

@@ -2,7 +2,8 @@
 export it as a cluster job (one launcher per worker).
 
 ``run`` drives the same machinery as ``%%mwtrain`` through the public
-:class:`mwnotebook.AsyncCluster` API on its own event loop: live output labelled ``[worker i]``, the failing worker's traceback first, and a
+:class:`mwnotebook.AsyncCluster` API on its own event loop: live output labelled ``[worker i]``, the failing
+worker's traceback first, and a
 self-contained HTML report with per-worker loss curves at the end.
 """
 
@@ -17,14 +18,15 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, TextIO
 
-from .errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError
-from .events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
-from .options import add_cluster_arguments, spec_from_options
+from mwnotebook.config.options import add_cluster_arguments, spec_from_options
+from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError
+from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="mwnotebook", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=fmt)
-    from . import __version__  # noqa: PLC0415 - avoid a cycle at import time
+    from mwnotebook import __version__  # noqa: PLC0415 - avoid a cycle at import time
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what mwnotebook does (to stderr)")
@@ -117,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _seconds(text: str) -> float:
-    from .options import seconds  # noqa: PLC0415
+    from mwnotebook.config.options import seconds  # noqa: PLC0415
 
     return seconds(text)
 
@@ -132,8 +134,8 @@ class RunObserver:
     """
 
     def __init__(self, workers: int, stdout: TextIO, stderr: TextIO) -> None:
-        from .metrics import MetricsStore  # noqa: PLC0415
-        from .relay import TextRelay  # noqa: PLC0415
+        from mwnotebook.engine.relay import TextRelay  # noqa: PLC0415
+        from mwnotebook.shared.metrics import MetricsStore  # noqa: PLC0415
 
         self.workers = workers
         self.relay = TextRelay(stdout, stderr)
@@ -297,7 +299,7 @@ class _SignalPolicy:
     (An interrupt-then-wait, like the notebook's stop button, would make the core restart the group
     only for the command to stop it right after; stopping directly is faster.)"""
 
-    def __init__(self, main: "asyncio.Task[Any]") -> None:
+    def __init__(self, main: asyncio.Task[Any]) -> None:
         self.main = main
         self.stopping = False
         self.received: int | None = None
@@ -386,7 +388,7 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
     # The command owns its event loop (no background thread): signals are handled on it directly,
     # and a ClusterInterrupted never has to cross threads.
-    from .cluster import AsyncCluster  # noqa: PLC0415 - keeps `--help` and `export` light
+    from mwnotebook.engine.async_cluster import AsyncCluster  # noqa: PLC0415 - keeps `--help` and `export` light
 
     observer = RunObserver(spec.workers, stdout, stderr)
     print(f"mwnotebook: starting {spec.workers} workers for {script}", file=stderr, flush=True)
@@ -408,7 +410,7 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def cmd_export(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    from .export import export_cell  # noqa: PLC0415
+    from mwnotebook.frontend.export import export_cell  # noqa: PLC0415
 
     script = Path(ns.script)
     code = _read_script("export", script, stderr)

@@ -19,7 +19,8 @@ Nothing here imports TensorFlow, IPython or widgets.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

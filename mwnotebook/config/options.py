@@ -7,8 +7,8 @@ import argparse
 import math
 from typing import Any
 
-from .errors import ConfigError
-from .spec import COLLECTIVES, MAX_WORKERS, MIXED_PRECISION, NETWORK_MODES, ClusterSpec
+from mwnotebook.config.spec import COLLECTIVES, MAX_WORKERS, MIXED_PRECISION, NETWORK_MODES, ClusterSpec
+from mwnotebook.errors import ConfigError
 
 
 def whole_number(text: str, *, minimum: int = 1, maximum: int | None = None, name: str = "value") -> int:

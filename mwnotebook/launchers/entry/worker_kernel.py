@@ -1,4 +1,4 @@
-"""Entry point of a worker kernel process: ``python -m mwnotebook.worker_kernel -f CONNECTION_FILE``.
+"""Entry point of a worker kernel process: ``python -m mwnotebook.launchers.entry.worker_kernel -f CONNECTION_FILE``.
 
 It is ipykernel plus one guarantee: the worker never outlives the process that started it. Linux's
 ``PR_SET_PDEATHSIG`` kills it when its parent dies (even by SIGKILL), and a watch thread covers

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from .cluster import WorkerInfo
+from mwnotebook.engine.async_cluster import WorkerInfo
 
 SECURITY_NOTICE = (
     "Security: TensorFlow's gRPC server in each worker has no authentication and listens on ALL "

@@ -16,16 +16,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .bootstrap import RELEASE_CODE, setup_code, visible_devices_per_worker
-from .cell_run import CellRun
-from .diagnose import diagnose
-from .errors import ClusterStartError, ClusterStateError
-from .events import Event, EventSink, WorkerStateChanged
-from .launchers import Launcher, make_launcher
-from .result import RunResult
-from .spec import ClusterSpec
-from .tf_config import tf_config_for
-from .worker_connection import Worker
+from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.config.tf_config import tf_config_for
+from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code, visible_devices_per_worker
+from mwnotebook.engine.cell_run import CellRun
+from mwnotebook.engine.connection import Worker
+from mwnotebook.engine.diagnose import diagnose
+from mwnotebook.engine.result import RunResult
+from mwnotebook.errors import ClusterStartError, ClusterStateError
+from mwnotebook.launchers import Launcher, make_launcher
+from mwnotebook.shared.events import Event, EventSink, WorkerStateChanged
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class AsyncCluster:
             self._start_task = task
         await asyncio.shield(self._start_task)
 
-    def _start_finished(self, task: "asyncio.Future[None]") -> None:
+    def _start_finished(self, task: asyncio.Future[None]) -> None:
         if self._start_task is task:
             self._start_task = None
         if not task.cancelled():

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from .errors import ConfigError
+from mwnotebook.errors import ConfigError
 
 #: ``--mixed-precision`` values and the Keras policy each one sets.
 POLICIES: dict[str, str] = {

@@ -49,7 +49,7 @@ class PortReservation:
     _sockets: list[socket.socket] = field(default_factory=list, repr=False)
 
     @classmethod
-    def reserve(cls, count: int, bind_host: str = "0.0.0.0") -> "PortReservation":
+    def reserve(cls, count: int, bind_host: str = "0.0.0.0") -> PortReservation:
         """Pick ``count`` distinct free TCP ports and hold them."""
         held: list[socket.socket] = []
         try:

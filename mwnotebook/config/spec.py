@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
-from .errors import ConfigError
-from .tf_config import tf_config_json
-from .worker_setup import worker_env as recipe_env
+from mwnotebook.config.tf_config import tf_config_json
+from mwnotebook.config.worker_env import worker_env as recipe_env
+from mwnotebook.errors import ConfigError
 
 #: More local workers than this is almost certainly a typo (each one is a full TensorFlow process).
 MAX_WORKERS = 64
@@ -63,7 +63,7 @@ class ClusterSpec:
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "hosts", tuple(self.hosts))
         if self.hosts:
-            from .hosts import worker_hosts  # validates the host syntax and the worker count
+            from mwnotebook.config.hosts import worker_hosts  # validates the host syntax and the worker count
 
             placement = worker_hosts(list(self.hosts), self.workers, self.workers_per_host)
             if self.workers is None:

@@ -5,8 +5,9 @@ They are plain frozen dataclasses so that observers stay pure and testable with 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 #: MIME type under which workers publish metric records (see ``mwnotebook.worker``).
 METRICS_MIME = "application/vnd.mwnotebook.metrics+json"

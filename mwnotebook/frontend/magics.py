@@ -15,14 +15,14 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import publish_display_data
 
-from .errors import ConfigError, MWNotebookError
-from .events import Event, EventSink
-from .options import add_cluster_arguments, seconds, spec_from_options
-from .relay import TextRelay
-from .result import RunResult
-from .spec import ClusterSpec
-from .sync import Cluster
-from .views import security_notice, status_bundle, tf_config_bundle
+from mwnotebook.config.options import add_cluster_arguments, seconds, spec_from_options
+from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.engine.cluster import Cluster
+from mwnotebook.engine.relay import TextRelay
+from mwnotebook.engine.result import RunResult
+from mwnotebook.errors import ConfigError, MWNotebookError
+from mwnotebook.frontend.views import security_notice, status_bundle, tf_config_bundle
+from mwnotebook.shared.events import Event, EventSink
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class MWMagics(Magics):
         if not cell.strip():
             raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
         if ns.export:
-            from .export import export_cell  # noqa: PLC0415 - only needed with --export
+            from mwnotebook.frontend.export import export_cell  # noqa: PLC0415 - only needed with --export
 
             print(export_cell(cell, ns.export, spec).summary())
         cluster = self.session.cluster_for(spec)
@@ -191,7 +191,7 @@ class MWMagics(Magics):
 def _make_dashboard(num_workers: int) -> Any:
     """The live chart, when the dashboard module is available."""
     try:
-        from .dashboard import Dashboard  # noqa: PLC0415
+        from mwnotebook.dashboard import Dashboard  # noqa: PLC0415
     except ImportError:
         return None
     dashboard = Dashboard(num_workers)
