@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from mwnotebook.launchers import ssh_remote
+from mwnotebook.launchers.entry import remote_agent
 from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-SOURCE = Path(ssh_remote.__file__).read_text(encoding="utf-8")
+SOURCE = Path(remote_agent.__file__).read_text(encoding="utf-8")
 
 
 def agent(config: dict[str, Any], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
