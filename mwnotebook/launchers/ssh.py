@@ -34,7 +34,8 @@ import asyncssh
 from mwnotebook.config.hosts import HostsArg, HostSpec, worker_hosts
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
-from mwnotebook.launchers.ssh_channel import Agent, agent_error, describe_connect_error
+from mwnotebook.launchers.ssh_channel import Agent, agent_error
+from mwnotebook.launchers.ssh_connect import SSHConnectError, SSHConnection, loss_reason, open_connection
 
 __all__ = ["SSHLauncher", "SSHKernelHandle", "parse_tf_address"]
 
@@ -44,6 +45,11 @@ _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"
 DEFAULT_REQUIRE = ("ipykernel", "tensorflow")
 #: Upper bound on SSH connections to one host (each carries up to sshd's MaxSessions sessions).
 MAX_CONNECTIONS_PER_HOST = 16
+#: SSH keepalive: one every KEEPALIVE_INTERVAL s of silence, the connection is dropped after
+#: KEEPALIVE_COUNT_MAX unanswered ones: a silently dead network is noticed after
+#: 2 * (3 + 1) = 8 s, so that the cell fails within 15 s naming the host.
+KEEPALIVE_INTERVAL = 2.0
+KEEPALIVE_COUNT_MAX = 3
 
 HostKey = tuple[str, str | None, int | None]
 
@@ -77,8 +83,11 @@ class SSHKernelHandle:
     """A kernel on a remote host, reached through SSH port forwards (see the module docstring)."""
 
     def __init__(self, index: int, spec: HostSpec, agent: Agent, pid: int,
-                 listeners: list[asyncssh.SSHListener], connection_info: dict[str, Any]) -> None:
+                 listeners: list[asyncssh.SSHListener], connection_info: dict[str, Any],
+                 conn: asyncssh.SSHClientConnection | None = None, keepalive_seconds: float = 0) -> None:
         self.index = index
+        self._conn = conn
+        self._keepalive_seconds = keepalive_seconds
         self.host = spec.target
         self._agent = agent
         self._pid = pid
@@ -112,7 +121,8 @@ class SSHKernelHandle:
                       exc_info=True)
         finally:
             if not self._exit:
-                self._exit = f"lost the SSH connection to {self.host}"
+                reason = loss_reason(self._conn, self._keepalive_seconds) if self._conn else ""
+                self._exit = f"lost the SSH connection to {self.host}" + (f": {reason}" if reason else "")
             self._ended.set()
 
     async def is_alive(self) -> bool:
@@ -165,6 +175,9 @@ class SSHLauncher:
         startup_timeout: float = 60.0,
         cwd: str | None = None,
         ssh_options: Mapping[str, Any] | None = None,
+        ssh_config: str | None = None,
+        keepalive_interval: float = KEEPALIVE_INTERVAL,
+        keepalive_count_max: int = KEEPALIVE_COUNT_MAX,
     ) -> None:
         self.placement = worker_hosts(hosts, workers, workers_per_host)
         # Default: the notebook's own interpreter path, as for local workers. It is right where
@@ -177,6 +190,11 @@ class SSHLauncher:
         self.cwd = cwd
         self._tf_override = parse_tf_address(tf_address, self.placement)
         self._ssh_options = dict(ssh_options or {})
+        #: ``ssh -F FILE`` (default: $MWNOTEBOOK_SSH_CONFIG, else OpenSSH's own choice).
+        self.ssh_config = ssh_config
+        self.keepalive_interval = keepalive_interval
+        self.keepalive_count_max = keepalive_count_max
+        self._sessions: dict[asyncssh.SSHClientConnection, SSHConnection] = {}
         # Per host: its connections, newest last. A connection that refused a new session (sshd's
         # MaxSessions, 10 by default) is "full"; later sessions go to a new connection.
         self._conns: dict[HostKey, list[asyncssh.SSHClientConnection]] = {}
@@ -208,22 +226,18 @@ class SSHLauncher:
             for conn in reversed(self._conns.get(spec.key, [])):
                 if conn not in self._full and not conn.is_closed():
                     return conn
-            options: dict[str, Any] = {"keepalive_interval": 15, "keepalive_count_max": 4,
-                                       "connect_timeout": self.connect_timeout}
-            if spec.user:
-                options["username"] = spec.user
-            if spec.port:
-                options["port"] = spec.port
-            options.update(self._ssh_options)
             try:
-                conn = await asyncio.wait_for(asyncssh.connect(spec.host, **options),
-                                              self.connect_timeout + 1)
-            except Exception as exc:  # asyncssh, socket and timeout errors alike
-                reason = describe_connect_error(exc, spec, self.connect_timeout)
-                raise ClusterStartError(f"{spec.target}: {reason}", host=spec.target) from None
-            log.debug("connected to %s", spec.target)
-            self._conns.setdefault(spec.key, []).append(conn)
-            return conn
+                session = await open_connection(
+                    spec, connect_timeout=self.connect_timeout,
+                    keepalive_interval=self.keepalive_interval,
+                    keepalive_count_max=self.keepalive_count_max, ssh_config=self.ssh_config,
+                    extra_options=self._ssh_options)
+            except SSHConnectError as exc:
+                raise ClusterStartError(f"{spec.target}: {exc}", host=spec.target) from None
+            log.debug("connected to %s (%s)", spec.target, session.target.source)
+            self._sessions[session.conn] = session
+            self._conns.setdefault(spec.key, []).append(session.conn)
+            return session.conn
 
     async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, Agent]:
         """Start the agent on ``spec``'s host, on a new connection if the current one is full."""
@@ -355,7 +369,8 @@ class SSHLauncher:
                 raise ClusterStartError(f"{spec.target}: the SSH connection failed while the kernel "
                                         f"started ({exc})", host=spec.target) from exc
             raise
-        handle = SSHKernelHandle(index, spec, agent, int(event["pid"]), listeners, info)
+        handle = SSHKernelHandle(index, spec, agent, int(event["pid"]), listeners, info, conn,
+                                 self.keepalive_interval * (self.keepalive_count_max + 1))
         handle.remote_dir = str(event.get("dir", ""))
         self._handles = [h for h in self._handles if not h._ended.is_set()] + [handle]
         log.info("worker %d: kernel pid %s on %s", index, handle.pid, spec.target)
@@ -366,10 +381,8 @@ class SSHLauncher:
         handles, self._handles = self._handles, []
         await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
         await self._release_ports()
-        conns = [conn for host_conns in self._conns.values() for conn in host_conns]
-        self._conns, self._full = {}, set()
-        for conn in conns:
-            conn.close()
-        for conn in conns:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.wait_closed(), 5)
+        sessions = list(self._sessions.values())
+        self._conns, self._full, self._sessions = {}, set(), {}
+        for session in sessions:
+            session.close()
+        await asyncio.gather(*(s.wait_closed() for s in sessions), return_exceptions=True)

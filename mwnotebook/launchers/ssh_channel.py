@@ -7,19 +7,22 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shlex
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
-from mwnotebook.config.hosts import HostSpec
 from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
 
 log = logging.getLogger(__name__)
+
+#: The launcher writes a ``ping`` line to every agent this often; an agent that hears nothing for
+#: AGENT_SILENCE_LIMIT s (a silently dead network, where sshd notices nothing for hours) kills its
+#: kernel and exits, so nothing outlives a connection that died without a FIN or RST.
+AGENT_PING_SECONDS = 2.0
+AGENT_SILENCE_LIMIT = 10.0
 
 _AGENT_SOURCE = Path(__file__).parent.joinpath("entry", "remote_agent.py").read_text(encoding="utf-8")
 
@@ -32,6 +35,7 @@ class Agent:
         self.host = host
         self._stderr: list[str] = []
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
+        self._ping_task = asyncio.ensure_future(self._ping())
 
     @classmethod
     async def start(cls, conn: asyncssh.SSHClientConnection, host: str, python: str) -> Agent:
@@ -40,8 +44,14 @@ class Agent:
         command = f"exec {shlex.quote(python)} -u -c {shlex.quote(BOOTSTRAP)}"
         process = await conn.create_process(command, encoding="utf-8")
         agent = cls(process, host)
-        process.stdin.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}")
+        process.stdin.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}ping {AGENT_SILENCE_LIMIT:g}\n")
         return agent
+
+    async def _ping(self) -> None:
+        """Tell the agent, every AGENT_PING_SECONDS, that the notebook side is still there."""
+        while not self.process.is_closing():
+            await asyncio.sleep(AGENT_PING_SECONDS)
+            self.send("ping")
 
     def configure(self, config: Mapping[str, Any]) -> None:
         """Hand the agent its role and settings (one JSON line: never on a command line).
@@ -92,6 +102,7 @@ class Agent:
         return f"the remote agent ended (exit status {status}){': ' + last if last else ''}"
 
     async def close(self) -> None:
+        self._ping_task.cancel()
         with contextlib.suppress(Exception):
             self.process.stdin.write_eof()
         with contextlib.suppress(Exception):
@@ -109,28 +120,3 @@ def agent_error(event: Mapping[str, Any], python: str) -> str:
     detail = str(event.get("detail", "the remote agent failed"))
     tail = str(event.get("log", "")).strip()
     return f"{detail}" + (f"; kernel log ends with:\n{tail[-1500:]}" if tail else "")
-
-
-
-def describe_connect_error(exc: BaseException, spec: HostSpec, timeout: float) -> str:
-    """Turn an asyncssh/socket failure into one sentence that says what to check."""
-    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-        return ("the SSH host key is not trusted (it is missing from, or does not match, "
-                "~/.ssh/known_hosts). Check the key with `ssh " + spec.target + "`; a changed key "
-                "can mean a reinstalled host, or someone in between")
-    if isinstance(exc, asyncssh.PermissionDenied):
-        return ("SSH authentication was refused: no key was accepted for this user. Add your "
-                "public key to the host's ~/.ssh/authorized_keys, load it into ssh-agent, or "
-                "name it with IdentityFile in ~/.ssh/config")
-    if isinstance(exc, asyncssh.DisconnectError):
-        return f"the SSH connection failed: {exc.reason}"
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return f"no SSH answer within {timeout:.0f} s (host down, or the port filtered?)"
-    if isinstance(exc, socket.gaierror):
-        return f"unknown host name ({exc.strerror})"
-    if isinstance(exc, ConnectionRefusedError):
-        return "the connection was refused (is sshd running on that port?)"
-    if isinstance(exc, OSError):
-        reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
-        return f"cannot connect: {reason}"
-    return f"SSH connection failed: {type(exc).__name__}: {exc}"

@@ -27,10 +27,12 @@ def test_net() -> Iterator[netns_hosts.TestNet]:
 
 @pytest.fixture
 def ssh_home(test_net: netns_hosts.TestNet, monkeypatch: pytest.MonkeyPatch) -> netns_hosts.TestNet:
-    """Point HOME at the test home, so SSH finds ~/.ssh/config, the key and known_hosts there
-    exactly as it would a user's; no ssh-agent. Checks afterwards that no test left anything
+    """Point HOME at the test home and MWNOTEBOOK_SSH_CONFIG at its ~/.ssh/config, so SSH finds
+    the config, the key and known_hosts there as it would a user's; no ssh-agent. Checks afterwards that no test left anything
     running on the hosts."""
     monkeypatch.setenv("HOME", str(test_net.home))
+    # OpenSSH reads the passwd home's ~/.ssh/config, not $HOME's: name the test config like `ssh -F`.
+    monkeypatch.setenv("MWNOTEBOOK_SSH_CONFIG", str(test_net.ssh_config))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     yield test_net
     left = test_net.wait_no_leftovers(10)

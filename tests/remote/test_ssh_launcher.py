@@ -254,9 +254,10 @@ def test_start_errors_name_the_host_quickly(case: str, ssh_home: netns_hosts.Tes
     host, kw, expect = {
         "unreachable": (f"root@{ssh_home.address(99)}", {}, "cannot connect|no SSH answer"),
         "silent": (f"root@127.0.0.1:{silent.getsockname()[1]}", {}, "no SSH answer within 10 s"),
-        "refused": (f"root@{h0.address}:2222", {}, "connection was refused"),
-        "auth": (f"nosuchuser@{h0.alias}", {}, "authentication was refused"),
-        "hostkey": (f"{h1.alias}-badkey", {}, "host key is not trusted"),
+        "refused": (f"root@{h0.address}:2222", {}, f"connection to root@{h0.address}:2222 was refused"),
+        "auth": (f"nosuchuser@{h0.alias}", {}, "authentication as 'nosuchuser' was refused.*IdentityFile: "
+                 + str(ssh_home.home / ".ssh" / "id_ed25519")),
+        "hostkey": (f"{h1.alias}-badkey", {}, f"host key of {h1.address} has CHANGED.*known_hosts_mismatch:1"),
         "no_python": (h0.alias, {"python": "/nonexistent/python3"}, "was not found on the host"),
         "no_python_start": (h1.alias, {"python": "/nonexistent/python3"},
                             "was not found on the host"),

@@ -47,6 +47,32 @@ BOOTSTRAP = (
 )
 
 _lock = threading.Lock()
+#: When the launcher last wrote a line (monotonic seconds); see read_line().
+_last_heard = [time.monotonic()]
+
+
+def read_line() -> str:
+    """The next line from the launcher other than ``ping`` ('' at EOF).
+
+    ``ping LIMIT`` (the first one) arms a watchdog: if no line at all arrives for LIMIT seconds,
+    the connection died silently (no FIN, no RST: sshd may not notice for hours), and the agent
+    ends itself with SIGTERM, which kills the kernel (its handler) or releases the ports.
+    """
+    while True:
+        line = sys.stdin.readline()
+        _last_heard[0] = time.monotonic()
+        if not line.startswith("ping"):
+            return line
+        limit = line.split()[1:]
+        if limit:
+            threading.Thread(target=_watchdog, args=(float(limit[0]),), daemon=True).start()
+
+
+def _watchdog(limit: float) -> None:
+    while time.monotonic() - _last_heard[0] <= limit:
+        time.sleep(min(1.0, limit / 4))
+    sys.stderr.write(f"mwnotebook agent: no word from the notebook for {limit:g} s; stopping\n")
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def send(event: str, **fields: object) -> None:
@@ -106,7 +132,8 @@ def run_ports(config: dict) -> int:
     held = reserve_ports(int(config["count"]))
     send("ports", ports=[s.getsockname()[1] for s in held], address=server_address(),
          python=sys.executable, version=sys.version.split()[0])
-    sys.stdin.read()  # hold the ports until the launcher closes the channel
+    while read_line():  # hold the ports until the launcher closes the channel
+        pass
     for sock in held:
         sock.close()
     return 0
@@ -201,7 +228,10 @@ class Kernel:
 
 def _command_loop(kernel: Kernel) -> None:
     """Obey the launcher's commands; stdin EOF (stop, or a dropped connection) kills the kernel."""
-    for line in sys.stdin:
+    while True:
+        line = read_line()
+        if not line:
+            break
         command = line.strip()
         if command == "interrupt":
             kernel.signal(signal.SIGINT)
@@ -229,6 +259,8 @@ def run_kernel(config: dict) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    # Read commands (and pings) from now on, also while the kernel starts.
+    threading.Thread(target=_command_loop, args=(kernel,), daemon=True).start()
     try:
         ports = kernel.wait_ports(float(config.get("timeout", 60)))
         if ports is None:
@@ -239,7 +271,6 @@ def run_kernel(config: dict) -> int:
             send("error", kind="kernel", detail=f"the kernel {why}", log=_tail(kernel.log_path))
             return 4
         send("ready", pid=kernel.proc.pid, ports=ports, python=sys.executable, dir=kernel.dir)
-        threading.Thread(target=_command_loop, args=(kernel,), daemon=True).start()
         rc = kernel.proc.wait()
         send("exit", returncode=rc, description=describe(rc),
              log="" if kernel._killed else _tail(kernel.log_path))
@@ -249,7 +280,7 @@ def run_kernel(config: dict) -> int:
 
 
 def main() -> int:
-    line = sys.stdin.readline()
+    line = read_line()
     if not line:
         return 2
     config = json.loads(line)
