@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -195,6 +196,8 @@ class SSHLauncher:
         self.keepalive_interval = keepalive_interval
         self.keepalive_count_max = keepalive_count_max
         self._sessions: dict[asyncssh.SSHClientConnection, SSHConnection] = {}
+        self._reached: set[HostKey] = set()
+        self._closing = False
         # Per host: its connections, newest last. A connection that refused a new session (sshd's
         # MaxSessions, 10 by default) is "full"; later sessions go to a new connection.
         self._conns: dict[HostKey, list[asyncssh.SSHClientConnection]] = {}
@@ -226,14 +229,23 @@ class SSHLauncher:
             for conn in reversed(self._conns.get(spec.key, [])):
                 if conn not in self._full and not conn.is_closed():
                     return conn
-            try:
-                session = await open_connection(
-                    spec, connect_timeout=self.connect_timeout,
-                    keepalive_interval=self.keepalive_interval,
-                    keepalive_count_max=self.keepalive_count_max, ssh_config=self.ssh_config,
-                    extra_options=self._ssh_options)
-            except SSHConnectError as exc:
-                raise ClusterStartError(f"{spec.target}: {exc}", host=spec.target) from None
+            # A host reached before (a restart after its network failed) gets until the start-up
+            # timeout to come back; a new host fails at the first refusal or silence.
+            deadline = time.monotonic() + (self.startup_timeout if spec.key in self._reached else 0)
+            while True:
+                try:
+                    session = await open_connection(
+                        spec, connect_timeout=self.connect_timeout,
+                        keepalive_interval=self.keepalive_interval,
+                        keepalive_count_max=self.keepalive_count_max, ssh_config=self.ssh_config,
+                        extra_options=self._ssh_options)
+                    break
+                except SSHConnectError as exc:
+                    if not exc.transient or self._closing or time.monotonic() > deadline:
+                        raise ClusterStartError(f"{spec.target}: {exc}", host=spec.target) from None
+                    log.info("%s: %s; trying again until it is back", spec.target, exc)
+                    await asyncio.sleep(1)
+            self._reached.add(spec.key)
             log.debug("connected to %s (%s)", spec.target, session.target.source)
             self._sessions[session.conn] = session
             self._conns.setdefault(spec.key, []).append(session.conn)
@@ -378,6 +390,7 @@ class SSHLauncher:
 
     async def close(self) -> None:
         """Kill every kernel this launcher started, release the ports, close the connections."""
+        self._closing = True
         handles, self._handles = self._handles, []
         await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
         await self._release_ports()

@@ -36,7 +36,12 @@ MAX_JUMP_DEPTH = 8
 
 
 class SSHConnectError(Exception):
-    """A connection could not be made; the message says why and what to check."""
+    """A connection could not be made; the message says why and what to check. ``transient``:
+    the host did not answer (down, or its network), as opposed to a refusal by SSH itself."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class _Client(asyncssh.SSHClient):
@@ -148,7 +153,7 @@ class _Opener:
                     # later hops go through the previous one, as `ssh -J a,b` does.
                     via = await self.connect(hop_target, jumps, depth + 1, via if number else None)
                 except SSHConnectError as exc:
-                    raise SSHConnectError(f"via ProxyJump {hop}: {exc}") from None
+                    raise SSHConnectError(f"via ProxyJump {hop}: {exc}", exc.transient) from None
                 jumps.append(via)
         return await self._connect_one(target, via)
 
@@ -189,7 +194,10 @@ class _Opener:
             conn = await asyncio.wait_for(asyncssh.connect(target.hostname, target.port, **options),
                                           timeout + 1)
         except Exception as exc:  # asyncssh, socket and timeout errors alike
-            raise SSHConnectError(describe_connect_error(exc, target, check, key_notes, timeout)) from None
+            transient = isinstance(exc, (asyncio.TimeoutError, TimeoutError, asyncssh.ConnectionLost)) or (
+                isinstance(exc, OSError) and not isinstance(exc, socket.gaierror))
+            raise SSHConnectError(describe_connect_error(exc, target, check, key_notes, timeout),
+                                  transient=transient) from None
         _clients[conn] = client
         return conn
 
