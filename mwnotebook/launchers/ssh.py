@@ -1,5 +1,5 @@
-"""Worker kernels on remote hosts over SSH (asyncssh; the user's ~/.ssh/config, agent and
-known_hosts are honoured through asyncssh's defaults). No protocol code of our own.
+"""Worker kernels on remote hosts over SSH (asyncssh). Connections follow the user's SSH config
+as OpenSSH reads it (``ssh -G``; see ``ssh_connect.py``). No protocol code of our own.
 
 Per host, the launcher keeps SSH connections (one, plus another each time sshd's MaxSessions,
 10 by default, refuses a new session). Every remote process is the small agent of
@@ -218,6 +218,7 @@ class SSHLauncher:
             python=spec.python,
             tf_address=spec.tf_address,
             startup_timeout=spec.startup_timeout,
+            ssh_config=getattr(spec, "ssh_config", None),
         )
 
     # -- connections ---------------------------------------------------------------------------
