@@ -51,6 +51,9 @@ MAX_CONNECTIONS_PER_HOST = 16
 #: 2 * (3 + 1) = 8 s, so that the cell fails within 15 s naming the host.
 KEEPALIVE_INTERVAL = 2.0
 KEEPALIVE_COUNT_MAX = 3
+#: How long a restart waits for a host that was reachable before to answer again. Bounded: a
+#: stop (or the notebook's exit) waits for a restart under way.
+RECONNECT_WINDOW = 30.0
 
 HostKey = tuple[str, str | None, int | None]
 
@@ -230,9 +233,9 @@ class SSHLauncher:
             for conn in reversed(self._conns.get(spec.key, [])):
                 if conn not in self._full and not conn.is_closed():
                     return conn
-            # A host reached before (a restart after its network failed) gets until the start-up
-            # timeout to come back; a new host fails at the first refusal or silence.
-            deadline = time.monotonic() + (self.startup_timeout if spec.key in self._reached else 0)
+            # A host reached before (a restart after its network failed) gets RECONNECT_WINDOW s
+            # to come back; a new host fails at the first refusal or silence.
+            deadline = time.monotonic() + (RECONNECT_WINDOW if spec.key in self._reached else 0)
             while True:
                 try:
                     session = await open_connection(

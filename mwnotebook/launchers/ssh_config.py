@@ -143,7 +143,7 @@ def target_from_options(alias: str, options: Mapping[str, Sequence[str]], source
         server_alive_interval=_number(_first(options, "serveraliveinterval", "0")) or 0.0,
         address_family=_first(options, "addressfamily", "any").lower(),
         bind_address=_first(options, "bindaddress") or None,
-        source=source, raw=dict(options),
+        source=source, raw={k: tuple(v) for k, v in options.items()},
     )
 
 

@@ -35,7 +35,9 @@ def fallback_options(path: str, host: str, user: str | None, port: int | None) -
     paths = [Path(path)] if os.access(path, os.R_OK) else []
     config = _FullerClientConfig.load(None, paths, False, False, False, getpass.getuser(), user or (),
                                       host, port or ())
-    get = config.get
+    def get(option: str) -> Any:
+        return config.get(option)
+
     home = os.path.expanduser("~")
     options: dict[str, tuple[str, ...]] = {
         "hostname": (str(get("Hostname") or host).lower(),),
