@@ -204,6 +204,8 @@ async def resolve_target(host: str, user: str | None = None, port: int | None = 
         await proc.wait()
         raise SSHConfigError(f"`ssh -G {host}` did not answer within {timeout:.0f} s "
                              "(a slow `Match exec` in the SSH config?)") from None
+    if proc.returncode != 0 and b"No user exists" in err:  # a container's uid without passwd entry
+        return _fallback_target(host, user, port, config)
     if proc.returncode != 0:
         detail = err.decode(errors="replace").strip().splitlines()
         raise SSHConfigError("OpenSSH rejects the SSH configuration: "
