@@ -1,0 +1,432 @@
+"""Worker kernels as Slurm job steps.
+
+One allocation per launcher (so per running cluster, kept across cells with the same options):
+``--slurm-job J`` or ``SLURM_JOB_ID`` (we are inside an allocation) attach to an existing job, which
+is never cancelled by us; otherwise ``salloc --no-shell`` makes one, and :meth:`SlurmLauncher.close`
+(stop, kernel exit, any failure to start) cancels it. While the job is pending the queue state is
+logged and the start waits, bounded by the cluster's start-up timeout.
+
+Every process on a node is the remote agent of ``entry/remote_agent.py`` (the one SSH workers use),
+run as ``srun ... PYTHON -u -c BOOTSTRAP``; its source and configuration (the kernel's signing key
+included) travel on srun's stdin, never on a command line. One ``ports`` agent per node holds the
+TensorFlow ports; one ``kernel`` agent per worker runs its kernel, which binds the node's own
+address (``NodeAddr``): the notebook host is on the cluster network and reaches it directly, with
+signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports chosen on each node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mwnotebook.config import slurm as cmd
+from mwnotebook.config.tf_config import format_address
+from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
+from mwnotebook.launchers.ssh import DEFAULT_REQUIRE, SSHKernelHandle
+from mwnotebook.launchers.ssh_channel import agent_error
+
+__all__ = ["SlurmAllocation", "SlurmLauncher", "SrunAgent"]
+
+log = logging.getLogger(__name__)
+
+_AGENT_SOURCE = Path(__file__).parent.joinpath("entry", "remote_agent.py").read_text(encoding="utf-8")
+_CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+
+async def _run(argv: Sequence[str], timeout: float = 30.0) -> str:
+    """A Slurm client command's stdout; ClusterStartError naming the command when it fails."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+    except FileNotFoundError:
+        raise ClusterStartError(f"{argv[0]} was not found: --slurm needs the Slurm client commands "
+                                "(salloc, srun, scontrol, squeue, scancel) on this machine") from None
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise ClusterStartError(f"`{' '.join(argv)}` gave no answer within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        raise ClusterStartError(f"`{' '.join(argv)}` failed: {err.decode(errors='replace').strip()}")
+    return out.decode(errors="replace")
+
+
+class SrunAgent:
+    """One run of the remote agent as a Slurm job step (the srun process's stdin/stdout)."""
+
+    def __init__(self, process: asyncio.subprocess.Process, node: str) -> None:
+        self.process = process
+        self.host = node
+        self._stderr: list[str] = []
+        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
+
+    @classmethod
+    async def start(cls, job_id: str, node: str, python: str) -> SrunAgent:
+        argv = cmd.srun_argv(job_id, node, [python, "-u", "-c", BOOTSTRAP])
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=1 << 22)
+        agent = cls(process, node)
+        agent._write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}")
+        return agent
+
+    def _write(self, text: str) -> None:
+        with contextlib.suppress(Exception):
+            assert self.process.stdin is not None
+            self.process.stdin.write(text.encode())
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        self.send(json.dumps(dict(config)))
+
+    def send(self, line: str) -> None:
+        self._write(line + "\n")
+
+    async def _drain_stderr(self) -> None:
+        assert self.process.stderr is not None
+        with contextlib.suppress(Exception):
+            while chunk := await self.process.stderr.read(4096):
+                self._stderr.append(chunk.decode(errors="replace"))
+                del self._stderr[:-8]
+
+    async def next_event(self) -> dict[str, Any] | None:
+        assert self.process.stdout is not None
+        while line := await self.process.stdout.readline():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            if isinstance(event, dict):
+                return event
+            log.debug("unexpected line from the agent on %s: %r", self.host, line)
+        return None
+
+    async def why_it_ended(self, python: str) -> str:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.process.wait(), 3)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._stderr_task, 1)
+        stderr = "".join(self._stderr).strip()
+        last = stderr.splitlines()[-1] if stderr else ""
+        return f"the job step ended (exit status {self.process.returncode}){': ' + last if last else ''}"
+
+    async def close(self) -> None:
+        """stdin EOF (the agent kills its kernel and exits, ending the step); then by force."""
+        with contextlib.suppress(Exception):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        try:
+            await asyncio.wait_for(self.process.wait(), 5)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.terminate()  # srun cancels its step
+            try:
+                await asyncio.wait_for(self.process.wait(), 5)
+            except asyncio.TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.kill()
+                await self.process.wait()
+        self._stderr_task.cancel()
+
+
+class SlurmKernelHandle(SSHKernelHandle):
+    """A kernel in a job step, reached directly at its node's address."""
+
+    async def _watch_agent(self) -> None:
+        try:
+            while (event := await self._agent.next_event()) is not None:
+                if event.get("event") == "exit":
+                    self._exit = str(event.get("description", "exited"))
+                    self._log_tail = str(event.get("log", ""))
+                    break
+        except Exception:
+            log.debug("job step of worker %d on %s failed", self.index, self.host, exc_info=True)
+        finally:
+            if not self._exit:
+                self._exit = f"its Slurm job step on {self.host} ended (job cancelled or node lost?)"
+            self._ended.set()
+
+
+class _Node:
+    """What a handle needs of its place (``target`` is the name shown for the worker)."""
+
+    def __init__(self, name: str) -> None:
+        self.target = name
+        self.host = name
+
+
+class SlurmAllocation:
+    """A Slurm job to run steps in: attached (not ours to cancel) or made with salloc (ours)."""
+
+    def __init__(self, job_id: str, owned: bool) -> None:
+        self.job_id = job_id
+        self.owned = owned
+        self.nodes: list[str] = []
+        self.addresses: dict[str, str] = {}
+        self.state = "PENDING"
+
+    @classmethod
+    async def attach(cls, job_id: str) -> SlurmAllocation:
+        allocation = cls(cmd.check_job_id(job_id), owned=False)
+        await allocation._wait_running(timeout=30.0)
+        return allocation
+
+    @classmethod
+    async def request(cls, argv: Sequence[str], timeout: float) -> SlurmAllocation:
+        """Run salloc; log the queue state while the job is pending; cancel on timeout or error."""
+        log.info("requesting a Slurm allocation: %s", " ".join(argv))
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        except FileNotFoundError:
+            raise ClusterStartError("salloc was not found: --slurm needs the Slurm client commands on "
+                                    "this machine (or run the notebook on a login node)") from None
+        job: str | None = None
+        errors: list[str] = []
+        deadline = time.monotonic() + timeout
+        assert proc.stderr is not None
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ClusterStartError(
+                        f"the Slurm job {job or '(not yet queued)'} was not granted within {timeout:.0f} s; "
+                        "it was cancelled. Raise --timeout or ask for fewer resources")
+                try:
+                    line = await asyncio.wait_for(proc.stderr.readline(), min(remaining, 2.0))
+                except asyncio.TimeoutError:
+                    if job:
+                        await cls._log_queue(job)
+                    continue
+                if not line:
+                    break
+                text = line.decode(errors="replace").strip()
+                parsed = cmd.parse_salloc_line(text)
+                if parsed:
+                    job = parsed[1]
+                    if parsed[0] == "pending":
+                        log.warning("Slurm job %s is pending; waiting for resources", job)
+                elif text:
+                    errors.append(text)
+            await proc.wait()
+        except BaseException:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()  # salloc withdraws a pending request on SIGTERM
+                await proc.wait()
+            if job:
+                await _cancel(job)
+            raise
+        if proc.returncode != 0 or not job:
+            if job:
+                await _cancel(job)
+            detail = "; ".join(errors[-3:]) or f"exit status {proc.returncode}"
+            raise ClusterStartError(f"salloc failed: {detail}")
+        allocation = cls(job, owned=True)
+        try:
+            await allocation._wait_running(timeout=max(5.0, deadline - time.monotonic()))
+        except BaseException:
+            await allocation.release()
+            raise
+        return allocation
+
+    @staticmethod
+    async def _log_queue(job: str) -> None:
+        with contextlib.suppress(ClusterStartError):
+            state = cmd.parse_squeue(await _run(cmd.squeue_argv(job), 10))
+            if state:
+                log.warning("Slurm job %s: %s; waiting", job, state.describe())
+
+    async def _wait_running(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        shown = ""
+        while True:
+            state = cmd.parse_squeue(await _run(cmd.squeue_argv(self.job_id), 10))
+            if state is None:
+                raise ClusterStartError(f"Slurm job {self.job_id} is not in the queue (ended or cancelled?)")
+            self.state = state.state
+            if state.active and state.nodelist:
+                break
+            if not state.waiting:
+                raise ClusterStartError(f"Slurm job {self.job_id} is {state.describe()}: cannot run workers in it")
+            if state.describe() != shown:
+                shown = state.describe()
+                log.warning("Slurm job %s: %s; waiting", self.job_id, shown)
+            if time.monotonic() > deadline:
+                raise ClusterStartError(f"Slurm job {self.job_id} still {shown} after {timeout:.0f} s")
+            await asyncio.sleep(0.5)
+        self.nodes = cmd.parse_hostnames(await _run(cmd.hostnames_argv(state.nodelist)))
+        self.addresses = cmd.parse_node_addresses(await _run(cmd.node_info_argv(self.nodes)))
+        log.info("Slurm job %s: nodes %s", self.job_id, self.nodes)
+
+    async def current_state(self) -> str:
+        with contextlib.suppress(ClusterStartError):
+            state = cmd.parse_squeue(await _run(cmd.squeue_argv(self.job_id), 10))
+            self.state = state.state if state else "ENDED"
+        return self.state
+
+    async def release(self) -> None:
+        if self.owned:
+            self.owned = False
+            await _cancel(self.job_id)
+            self.state = "CANCELLED"
+
+
+async def _cancel(job: str) -> None:
+    try:
+        await _run(cmd.scancel_argv(job), 15)
+        log.info("cancelled Slurm job %s", job)
+    except ClusterStartError as exc:
+        log.warning("could not cancel Slurm job %s: %s", job, exc)
+
+
+class SlurmLauncher:
+    """Starts worker kernels as job steps of one Slurm allocation (see the module docstring)."""
+
+    def __init__(self, *, salloc_args: str | None = "", job_id: str | None = None,
+                 workers: int = 2, workers_per_host: int | None = None,
+                 gpus_per_worker: int | None = None, python: str | None = None,
+                 require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
+                 cwd: str | None = None) -> None:
+        self.workers = workers
+        self.workers_per_host = workers_per_host
+        self.python = python or sys.executable
+        self.require = tuple(require)
+        self.startup_timeout = startup_timeout
+        self.cwd = cwd or os.getcwd()
+        self._job_id = cmd.check_job_id(job_id) if job_id else None
+        self._salloc = cmd.salloc_argv(cmd.split_salloc_args(salloc_args or ""), workers,
+                                       workers_per_host, gpus_per_worker)
+        self.allocation: SlurmAllocation | None = None
+        self.placement: list[str] = []
+        self._holders: list[SrunAgent] = []
+        self._handles: list[SlurmKernelHandle] = []
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> SlurmLauncher:
+        job = spec.slurm_job or (os.environ.get("SLURM_JOB_ID") if not spec.slurm else None)
+        return cls(salloc_args=spec.slurm, job_id=job, workers=spec.workers,
+                   workers_per_host=spec.workers_per_host, gpus_per_worker=spec.gpus_per_worker,
+                   python=spec.python, startup_timeout=spec.startup_timeout)
+
+    @property
+    def job_id(self) -> str | None:
+        return self.allocation.job_id if self.allocation else self._job_id
+
+    async def _allocate(self) -> SlurmAllocation:
+        if self.allocation is None:
+            if self._job_id:
+                self.allocation = await SlurmAllocation.attach(self._job_id)
+            else:
+                self.allocation = await SlurmAllocation.request(self._salloc, self.startup_timeout)
+            self.placement = cmd.place_workers(self.allocation.nodes, self.workers, self.workers_per_host)
+        return self.allocation
+
+    async def tf_addresses(self, count: int) -> list[str]:
+        """Allocate (or attach), then hold one TF port per worker on each worker's node."""
+        if count != self.workers:
+            raise ConfigError(f"{count} workers requested but the launcher was made for {self.workers}")
+        allocation = await self._allocate()
+        await self._release_ports()
+        by_node: dict[str, list[int]] = {}
+        for index, node in enumerate(self.placement):
+            by_node.setdefault(node, []).append(index)
+        addresses = [""] * count
+
+        async def reserve(node: str, indices: list[int]) -> None:
+            agent = await SrunAgent.start(allocation.job_id, node, self.python)
+            self._holders.append(agent)
+            agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
+            event = await self._first_event(agent, node, self.startup_timeout)
+            address = allocation.addresses.get(node, node)
+            for index, port in zip(indices, event["ports"]):
+                addresses[index] = format_address(address, int(port))
+
+        results = await asyncio.gather(*(reserve(n, ix) for n, ix in by_node.items()), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self._release_ports()
+            raise errors[0]
+        log.info("TensorFlow addresses: %s", addresses)
+        return addresses
+
+    async def _first_event(self, agent: SrunAgent, node: str, timeout: float) -> dict[str, Any]:
+        try:
+            event = await asyncio.wait_for(agent.next_event(), timeout)
+        except asyncio.TimeoutError:
+            await agent.close()
+            raise ClusterStartError(f"{node}: no answer from the job step within {timeout:.0f} s",
+                                    host=node) from None
+        if event is None:
+            reason = await agent.why_it_ended(self.python)
+            await agent.close()
+            raise ClusterStartError(f"{node}: {reason}", host=node)
+        if event.get("event") == "error":
+            await agent.close()
+            raise ClusterStartError(f"{node}: {agent_error(event, self.python)}", host=node)
+        return event
+
+    async def _release_ports(self) -> None:
+        holders, self._holders = self._holders, []
+        await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
+
+    async def start(self, index: int, env: Mapping[str, str]) -> SlurmKernelHandle:
+        allocation = await self._allocate()
+        if not 0 <= index < len(self.placement):
+            raise ConfigError(f"worker {index} has no place in the allocation ({len(self.placement)} slots)")
+        node = self.placement[index]
+        address = allocation.addresses.get(node, node)
+        key = str(uuid.uuid4())
+        agent = await SrunAgent.start(allocation.job_id, node, self.python)
+        try:
+            agent.configure({
+                "role": "kernel", "key": key, "signature_scheme": "hmac-sha256", "ip": address,
+                "env": dict(env), "require": list(self.require), "cwd": self.cwd,
+                "timeout": self.startup_timeout,
+            })
+            event = await self._first_event(agent, node, self.startup_timeout + 5)
+            if event.get("event") != "ready":
+                raise ClusterStartError(f"{node}: unexpected agent reply {event.get('event')!r}", host=node)
+        except ClusterStartError as exc:
+            exc.worker = index
+            await agent.close()
+            raise
+        except BaseException:
+            await agent.close()
+            raise
+        info: dict[str, Any] = {"ip": address, "transport": "tcp", "key": key,
+                                "signature_scheme": "hmac-sha256", "kernel_name": ""}
+        info.update({name: int(event["ports"][name]) for name in _CHANNELS})
+        handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), [], info)  # type: ignore[arg-type]
+        handle.remote_dir = str(event.get("dir", ""))
+        self._handles = [h for h in self._handles if not h._ended.is_set()] + [handle]
+        log.info("worker %d: kernel pid %s on %s (job %s)", index, handle.pid, node, allocation.job_id)
+        return handle
+
+    async def status(self) -> dict[str, Any]:
+        """Job id, nodes and the job's state, for ``%mwcluster status``."""
+        if self.allocation is None:
+            return {"job_id": self._job_id, "nodes": [], "state": "not allocated"}
+        return {"job_id": self.allocation.job_id, "nodes": list(self.allocation.nodes),
+                "state": await self.allocation.current_state(), "owned": self.allocation.owned}
+
+    async def close(self) -> None:
+        """Kill every kernel, release the ports, and cancel the allocation if we made it."""
+        handles, self._handles = self._handles, []
+        await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
+        await self._release_ports()
+        allocation, self.allocation = self.allocation, None
+        if allocation is not None:
+            await allocation.release()
