@@ -172,6 +172,7 @@ class SlurmAllocation:
     def __init__(self, job_id: str, owned: bool) -> None:
         self.job_id = job_id
         self.owned = owned
+        self._reaper: asyncio.subprocess.Process | None = None
         self.nodes: list[str] = []
         self.addresses: dict[str, str] = {}
         self.state = "PENDING"
@@ -236,6 +237,7 @@ class SlurmAllocation:
             raise ClusterStartError(f"salloc failed: {detail}")
         allocation = cls(job, owned=True)
         try:
+            await allocation._start_reaper()
             await allocation._wait_running(timeout=max(5.0, deadline - time.monotonic()))
         except BaseException:
             await allocation.release()
@@ -277,11 +279,26 @@ class SlurmAllocation:
             self.state = state.state if state else "ENDED"
         return self.state
 
+    async def _start_reaper(self) -> None:
+        """A tiny process that cancels the job when its stdin (a pipe from us) closes: the job is
+        cancelled even when the notebook process itself is killed and cannot run ``release``."""
+        self._reaper = await asyncio.create_subprocess_exec(
+            "sh", "-c", 'read _ || true; exec "$@" >/dev/null 2>&1', "mwnotebook-slurm-reaper",
+            *cmd.scancel_argv(self.job_id), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+
     async def release(self) -> None:
         if self.owned:
             self.owned = False
             await _cancel(self.job_id)
             self.state = "CANCELLED"
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            with contextlib.suppress(Exception):
+                assert reaper.stdin is not None
+                reaper.stdin.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(reaper.wait(), 15)
 
 
 async def _cancel(job: str) -> None:
