@@ -183,6 +183,9 @@ class MWMagics(Magics):
             print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
         elif ns.action == "status":
             publish_display_data(status_bundle(cluster.status(), cluster.devices()))
+            job = cluster.scheduler_status()
+            if job:
+                print(f"mwnotebook: Slurm job {job['job_id']} ({job['state']}) on {', '.join(job['nodes']) or '-'}")
         elif ns.action == "restart":
             cluster.restart()
             print(f"mwnotebook: restarted {cluster.spec.workers} workers")
