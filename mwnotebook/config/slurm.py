@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mwnotebook.config.slurm_tf_config import node_addresses as parse_node_addresses  # noqa: F401 - one NodeAddr parser, shared with the exported launcher
 from mwnotebook.errors import ConfigError
 
 #: salloc options mwnotebook sets itself from the cluster options.
@@ -128,16 +129,6 @@ def parse_hostnames(output: str) -> list[str]:
 
 def node_info_argv(nodes: Sequence[str]) -> list[str]:
     return ["scontrol", "--oneliner", "show", "node", ",".join(nodes)]
-
-
-def parse_node_addresses(output: str) -> dict[str, str]:
-    """``{NodeName: NodeAddr}`` from ``scontrol --oneliner show node``."""
-    result: dict[str, str] = {}
-    for line in output.splitlines():
-        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
-        if "NodeName" in fields:
-            result[fields["NodeName"]] = fields.get("NodeAddr") or fields["NodeName"]
-    return result
 
 
 def scancel_argv(job_id: str) -> list[str]:

@@ -77,11 +77,12 @@ class SlurmCluster:
         """What a Slurm client needs to talk to this cluster."""
         return {"SLURM_CONF": str(self.conf)}
 
-    def run(self, *argv: str, timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, *argv: str, timeout: float = 30, check: bool = True,
+            cwd: str | None = None) -> subprocess.CompletedProcess[str]:
         """A Slurm client command against this cluster."""
         env = {**os.environ, **self.env()}
         env.pop("SLURM_JOB_ID", None)
-        result = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout)
+        result = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
         if check and result.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
         return result
