@@ -52,7 +52,7 @@ for _ in range(100000):
 """
 
 
-def test_seed_on_two_nodes_then_a_killed_kernel(slurm_env: slurm_cluster.SlurmCluster) -> None:
+def test_killed_kernel_then_the_seed_on_two_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:
     n0, n1 = slurm_env.net.hosts
     with Cluster(slurm="-N 2", cpu=True) as cluster:
         cluster.start()
@@ -66,18 +66,12 @@ def test_seed_on_two_nodes_then_a_killed_kernel(slurm_env: slurm_cluster.SlurmCl
         assert [s.host for s in status] == slurm_env.node_names
         for info, host in zip(status, (n0, n1)):
             assert info.alive and info.pid in slurm_cluster.netns_hosts.ns_pids(host.netns)
-
-        result = cluster.run(SEED_CELL, timeout=300)
-        for i in range(2):
-            assert expected_line(i) in result.stdout(i).splitlines(), result.stdout(i)[-2000:]
-        # The collectives crossed the bridge: a channel from one node to the other's gRPC server.
-        assert workers[1] in established_peers(n0) or workers[0] in established_peers(n1)
         # The workers really are Slurm tasks of that job.
         env = cluster.run("import os; print(os.environ['SLURM_JOB_ID'], os.environ['SLURMD_NODENAME'])")
         assert [env.stdout(i).split() for i in range(2)] == [[jobs[0], n] for n in slurm_env.node_names]
 
         # A node's kernel is killed mid-run: named, the group restarted in the same allocation.
-        before = [s.pid for s in cluster.status()]
+        before = [s.pid for s in status]
         killed_at: list[float] = []
 
         def kill_worker_1_once_training(event: Event) -> None:
@@ -97,9 +91,13 @@ def test_seed_on_two_nodes_then_a_killed_kernel(slurm_env: slurm_cluster.SlurmCl
         for old, new, host in zip(before, status, (n0, n1)):
             assert new.alive and new.pid != old and not Path(f"/proc/{old}").exists()
             assert new.pid in slurm_cluster.netns_hosts.ns_pids(host.netns)
-        again = cluster.run(SEED_CELL, timeout=300)
+
+        # The seed on the fresh kernels: both print its exact line.
+        result = cluster.run(SEED_CELL, timeout=300)
         for i in range(2):
-            assert expected_line(i) in again.stdout(i).splitlines(), again.stdout(i)[-2000:]
+            assert expected_line(i) in result.stdout(i).splitlines(), result.stdout(i)[-2000:]
+        # The collectives crossed the bridge: a channel from one node to the other's gRPC server.
+        assert workers[1] in established_peers(n0) or workers[0] in established_peers(n1)
     # Leaving the block stopped the cluster and cancelled the job.
     left = slurm_env.wait_no_leftovers(15)
     assert not left, left
