@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 import slurm_cluster
 from seed_cell import SEED_CELL, expected_line
 
-from mwnotebook import Cluster, ClusterStartError, WorkerDiedError
+from mwnotebook import Cluster, ClusterInterrupted, ClusterStartError, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
@@ -103,10 +104,18 @@ def test_killed_kernel_then_the_seed_on_two_nodes(slurm_env: slurm_cluster.Slurm
     assert not left, left
 
 
-def test_scancel_from_outside_ends_the_workers(slurm_env: slurm_cluster.SlurmCluster) -> None:
+def test_interrupt_then_scancel_from_outside(slurm_env: slurm_cluster.SlurmCluster) -> None:
     with Cluster(slurm="-N 2", cpu=True) as cluster:
         cluster.start()
         (job,) = slurm_env.jobs()
+        # Ctrl-C reaches every worker through its job step's agent; the next cell runs.
+        threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(ClusterInterrupted) as info:
+            cluster.run("import time; time.sleep(60)")
+        assert {f.kind for f in info.value.failures} == {"interrupted"}
+        assert cluster.run("print('after ctrl-c')").stdout(1) == "after ctrl-c\n"
+
+        # scancel from outside ends the job steps, and with them the kernels.
         pids = [s.pid for s in cluster.status()]
         slurm_env.run("scancel", job)
         deadline = time.monotonic() + 30
@@ -136,6 +145,13 @@ def test_bad_salloc_arguments_fail_clearly(slurm_env: slurm_cluster.SlurmCluster
         cluster.start()
     assert "salloc failed" in str(info.value) and "partition" in str(info.value).lower()
     assert not cluster.started
+    # A failure after the allocation was granted (no such interpreter on the nodes): the error names
+    # the node and says why, and the job is cancelled (slurm_env checks that no job is left).
+    cluster = Cluster(slurm="-N 2", workers=2, python="/nonexistent/python3")
+    with pytest.raises(ClusterStartError) as info:
+        cluster.start()
+    assert info.value.host in slurm_env.node_names
+    assert "/nonexistent/python3" in str(info.value), str(info.value)
 
 
 def test_pending_job_times_out_and_is_cancelled(slurm_env: slurm_cluster.SlurmCluster,
