@@ -117,9 +117,13 @@ class SrunAgent:
             await asyncio.wait_for(self.process.wait(), 3)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._stderr_task, 1)
-        stderr = "".join(self._stderr).strip()
-        last = stderr.splitlines()[-1] if stderr else ""
-        return f"the job step ended (exit status {self.process.returncode}){': ' + last if last else ''}"
+        lines = "".join(self._stderr).strip().splitlines()
+        if any("execve" in line for line in lines):
+            return (f"Python interpreter {python!r} could not be started on the node; pass --python with "
+                    "the path of the nodes' interpreter that has ipykernel and tensorflow")
+        errors = [line for line in lines if "error" in line] or lines
+        detail = f": {errors[0].strip()}" if errors else ""
+        return f"the job step ended (exit status {self.process.returncode}){detail}"
 
     async def close(self) -> None:
         """stdin EOF (the agent kills its kernel and exits, ending the step); then by force."""
