@@ -169,7 +169,7 @@ def tfjob_documents(spec: Any, script_text: str, env: Mapping[str, str], name: s
 def dump_yaml(documents: Sequence[Mapping[str, Any]]) -> str:
     """Multi-document YAML (PyYAML when present; JSON, which is valid YAML, otherwise)."""
     try:
-        import yaml  # noqa: PLC0415 - optional
+        import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 - optional
     except ImportError:
         return "---\n".join(json.dumps(doc, indent=2) + "\n" for doc in documents)
 
