@@ -217,7 +217,7 @@ def _wait_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> N
 
 def create(nodes: int = 2, cpus: int = 2) -> SlurmCluster:
     """Start a Slurm cluster of ``nodes`` nodes; on any failure everything made is removed."""
-    net = netns_hosts.create(nodes)
+    net = netns_hosts.create(nodes, suffix="s")  # beside the SSH tests' hosts of the same session
     cluster = SlurmCluster(net=net, root=Path(tempfile.mkdtemp(prefix="mwnb-slurm-")),
                            node_names=[f"mwnode{i}" for i in range(nodes)])
     try:
