@@ -109,5 +109,7 @@ def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
         gpus_per_worker=ns.gpus_per_worker, collective=ns.collective, mixed_precision=ns.mixed_precision,
         xla=ns.xla, preload=ns.preload, network=ns.network,
         slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None))
+    if (fields["slurm"] is not None or fields["slurm_job"] is not None) and getattr(ns, "timeout", None):
+        fields["startup_timeout"] = ns.timeout  # --timeout also bounds the wait in Slurm's queue
     return ClusterSpec(**fields)
 

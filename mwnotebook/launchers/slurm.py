@@ -199,6 +199,7 @@ class SlurmAllocation:
             raise ClusterStartError("salloc was not found: --slurm needs the Slurm client commands on "
                                     "this machine (or run the notebook on a login node)") from None
         job: str | None = None
+        shown = ""
         errors: list[str] = []
         deadline = time.monotonic() + timeout
         assert proc.stderr is not None
@@ -213,7 +214,7 @@ class SlurmAllocation:
                     line = await asyncio.wait_for(proc.stderr.readline(), min(remaining, 2.0))
                 except asyncio.TimeoutError:
                     if job:
-                        await cls._log_queue(job)
+                        shown = await cls._log_queue(job, shown)
                     continue
                 if not line:
                     break
@@ -222,7 +223,7 @@ class SlurmAllocation:
                 if parsed:
                     job = parsed[1]
                     if parsed[0] == "pending":
-                        log.warning("Slurm job %s is pending; waiting for resources", job)
+                        log.warning("Slurm job %s is pending; waiting up to %.0f s (--timeout)", job, timeout)
                 elif text:
                     errors.append(text)
             await proc.wait()
@@ -249,11 +250,14 @@ class SlurmAllocation:
         return allocation
 
     @staticmethod
-    async def _log_queue(job: str) -> None:
+    async def _log_queue(job: str, shown: str) -> str:
+        """Log the job's queue state when it changed; returns what is now shown."""
         with contextlib.suppress(ClusterStartError):
             state = cmd.parse_squeue(await _run(cmd.squeue_argv(job), 10))
-            if state:
+            if state and state.describe() != shown:
                 log.warning("Slurm job %s: %s; waiting", job, state.describe())
+                return state.describe()
+        return shown
 
     async def _wait_running(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

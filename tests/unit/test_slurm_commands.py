@@ -127,3 +127,11 @@ def test_make_launcher_picks_slurm() -> None:
     launcher = make_launcher(ClusterSpec(slurm="-p gpu", workers=3))
     assert isinstance(launcher, SlurmLauncher)
     assert launcher._salloc[-2:] == ["-p", "gpu"] and "--ntasks=3" in launcher._salloc
+
+
+def test_timeout_bounds_the_wait_in_the_queue() -> None:
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    parser.add_argument("--timeout", type=float, default=None)
+    assert spec_from_options(parser.parse_args(["--slurm", "-p x", "--timeout", "900"])).startup_timeout == 900
+    assert spec_from_options(parser.parse_args(["--timeout", "900"])).startup_timeout == 60  # local: unchanged
