@@ -79,9 +79,11 @@ def check_job_id(value: str) -> str:
     return value
 
 
-def srun_argv(job_id: str, node: str, command: Sequence[str]) -> list[str]:
-    """One job step running ``command`` as one task on ``node`` of job ``job_id``."""
-    return ["srun", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
+def srun_argv(job_id: str, node: str, command: Sequence[str], gpus: int | None = None) -> list[str]:
+    """One job step running ``command`` as one task on ``node`` of job ``job_id``; with ``gpus``,
+    Slurm gives the task that many of the job's GPUs (and sets its CUDA_VISIBLE_DEVICES)."""
+    gpu_args = [f"--gpus-per-task={gpus}"] if gpus else []
+    return ["srun", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1", *gpu_args,
             "--overlap", "--quiet", "--job-name=mwnotebook-worker", *command]
 
 

@@ -73,8 +73,8 @@ class SrunAgent:
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
 
     @classmethod
-    async def start(cls, job_id: str, node: str, python: str) -> SrunAgent:
-        argv = cmd.srun_argv(job_id, node, [python, "-u", "-c", BOOTSTRAP])
+    async def start(cls, job_id: str, node: str, python: str, gpus: int | None = None) -> SrunAgent:
+        argv = cmd.srun_argv(job_id, node, [python, "-u", "-c", BOOTSTRAP], gpus)
         process = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=1 << 22)
@@ -327,6 +327,7 @@ class SlurmLauncher:
                  cwd: str | None = None) -> None:
         self.workers = workers
         self.workers_per_host = workers_per_host
+        self.gpus_per_worker = gpus_per_worker
         self.python = python or sys.executable
         self.require = tuple(require)
         self.startup_timeout = startup_timeout
@@ -414,7 +415,7 @@ class SlurmLauncher:
         node = self.placement[index]
         address = allocation.addresses.get(node, node)
         key = str(uuid.uuid4())
-        agent = await SrunAgent.start(allocation.job_id, node, self.python)
+        agent = await SrunAgent.start(allocation.job_id, node, self.python, self.gpus_per_worker)
         try:
             agent.configure({
                 "role": "kernel", "key": key, "signature_scheme": "hmac-sha256", "ip": address,

@@ -135,3 +135,14 @@ def test_timeout_bounds_the_wait_in_the_queue() -> None:
     parser.add_argument("--timeout", type=float, default=None)
     assert spec_from_options(parser.parse_args(["--slurm", "-p x", "--timeout", "900"])).startup_timeout == 900
     assert spec_from_options(parser.parse_args(["--timeout", "900"])).startup_timeout == 60  # local: unchanged
+
+
+def test_gpus_are_bound_by_slurm_per_worker() -> None:
+    from mwnotebook.config.devices import visible_devices_per_worker
+
+    # No GPU partitioning on the notebook's machine (a login node may have none): each job step
+    # asks Slurm for its GPUs, and Slurm sets CUDA_VISIBLE_DEVICES in it.
+    spec = ClusterSpec(slurm="-p gpu", workers=4, gpus_per_worker=2)
+    assert visible_devices_per_worker(spec, gpu_count=0) == [None] * 4
+    assert "--gpus-per-task=2" in cmd.srun_argv("5", "n1", ["python3"], gpus=2)
+    assert "--gpus-per-task=2" in cmd.salloc_argv([], 4, gpus_per_worker=2)
