@@ -135,6 +135,13 @@ def test_existing_allocation_is_used_and_not_cancelled(slurm_env: slurm_cluster.
             result = cluster.run("import os; print(os.environ['SLURM_JOB_ID'])")
             assert [result.stdout(i).strip() for i in range(2)] == [job, job]
         assert job in slurm_env.jobs(), "an allocation mwnotebook did not make was cancelled"
+        # Inside an allocation (SLURM_JOB_ID set, e.g. JupyterHub's batchspawner) a bare --slurm uses it.
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SLURM_JOB_ID", job)
+            with Cluster(slurm="", workers=2) as cluster:
+                result = cluster.run("import os; print(os.environ['SLURM_JOB_ID'])")
+                assert [result.stdout(i).strip() for i in range(2)] == [job, job]
+        assert slurm_env.jobs() == [job], "no second allocation, and this one still there"
     finally:
         slurm_env.run("scancel", job, check=False)
 
