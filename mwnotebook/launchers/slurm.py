@@ -281,6 +281,10 @@ class SlurmAllocation:
         self.addresses = cmd.parse_node_addresses(await _run(cmd.node_info_argv(self.nodes)))
         log.info("Slurm job %s: nodes %s", self.job_id, self.nodes)
 
+    async def ended(self) -> bool:
+        """True when the job can no longer run steps (cancelled, timed out, failed, forgotten)."""
+        return await self.current_state() not in cmd.ACTIVE_STATES
+
     async def current_state(self) -> str:
         with contextlib.suppress(ClusterStartError):
             state = cmd.parse_squeue(await _run(cmd.squeue_argv(self.job_id), 10))
@@ -339,6 +343,7 @@ class SlurmLauncher:
         self.placement: list[str] = []
         self._holders: list[SrunAgent] = []
         self._handles: list[SlurmKernelHandle] = []
+        self._allocating = asyncio.Lock()
 
     @classmethod
     def from_spec(cls, spec: Any) -> SlurmLauncher:
@@ -351,7 +356,21 @@ class SlurmLauncher:
     def job_id(self) -> str | None:
         return self.allocation.job_id if self.allocation else self._job_id
 
-    async def _allocate(self) -> SlurmAllocation:
+    async def _allocate(self, refresh: bool = False) -> SlurmAllocation:
+        """The allocation; with ``refresh`` (a fresh start, new TF addresses) a new one replaces
+        one that has ended. Restarts never re-allocate: their TF_CONFIGs name the old nodes."""
+        async with self._allocating:
+            return await self._allocate_locked(refresh)
+
+    async def _allocate_locked(self, refresh: bool) -> SlurmAllocation:
+        if refresh and self.allocation is not None and await self.allocation.ended():
+            # A fresh start after the job ended (time limit, scancel): a new allocation if it was ours.
+            old, self.allocation = self.allocation, None
+            await old.release()
+            if self._job_id:
+                raise ClusterStartError(f"Slurm job {old.job_id} has ended ({old.state}); make a new "
+                                        "allocation and pass its id with --slurm-job")
+            log.warning("Slurm job %s has ended (%s); requesting a new allocation", old.job_id, old.state)
         if self.allocation is None:
             if self._job_id:
                 self.allocation = await SlurmAllocation.attach(self._job_id)
@@ -364,7 +383,7 @@ class SlurmLauncher:
         """Allocate (or attach), then hold one TF port per worker on each worker's node."""
         if count != self.workers:
             raise ConfigError(f"{count} workers requested but the launcher was made for {self.workers}")
-        allocation = await self._allocate()
+        allocation = await self._allocate(refresh=True)
         await self._release_ports()
         by_node: dict[str, list[int]] = {}
         for index, node in enumerate(self.placement):
@@ -398,6 +417,10 @@ class SlurmLauncher:
         if event is None:
             reason = await agent.why_it_ended(self.python)
             await agent.close()
+            if self.allocation is not None and await self.allocation.ended():
+                reason = (f"Slurm job {self.allocation.job_id} has ended ({self.allocation.state}); "
+                          + ("the next cell requests a new allocation" if not self._job_id
+                             else "pass a running job's id with --slurm-job"))
             raise ClusterStartError(f"{node}: {reason}", host=node)
         if event.get("event") == "error":
             await agent.close()

@@ -126,6 +126,16 @@ def test_interrupt_then_scancel_from_outside(slurm_env: slurm_cluster.SlurmClust
         for pid in pids:
             assert not Path(f"/proc/{pid}").exists()
 
+        # The next cells: the dead workers are reported, the restart in the ended job fails saying
+        # why, and then a new allocation is made and the cell runs.
+        with pytest.raises(WorkerDiedError):
+            cluster.run("print('in the cancelled job')")
+        with pytest.raises(ClusterStartError, match=f"Slurm job {job} has ended .*the next cell requests a new"):
+            cluster.run("print('still in the cancelled job')")
+        result = cluster.run("import os; print(os.environ['SLURM_JOB_ID'])")
+        (new_job,) = slurm_env.jobs()
+        assert new_job != job and [result.stdout(i).strip() for i in range(2)] == [new_job, new_job]
+
 
 def test_existing_allocation_is_used_and_not_cancelled(slurm_env: slurm_cluster.SlurmCluster) -> None:
     granted = slurm_env.run("salloc", "--no-shell", "-N", "2", "-n", "2")
