@@ -4,7 +4,8 @@ One allocation per launcher (so per running cluster, kept across cells with the 
 ``--slurm-job J`` or ``SLURM_JOB_ID`` (we are inside an allocation) attach to an existing job, which
 is never cancelled by us; otherwise ``salloc --no-shell`` makes one, and :meth:`SlurmLauncher.close`
 (stop, kernel exit, any failure to start) cancels it. While the job is pending the queue state is
-logged and the start waits, bounded by the cluster's start-up timeout.
+logged and the start waits, bounded by the start-up timeout (``--timeout``, else 60 s). The job
+itself: ``slurm_job.py``.
 
 Every process on a node is the remote agent of ``entry/remote_agent.py`` (the one SSH workers use),
 run as ``srun ... PYTHON -u -c BOOTSTRAP``; its source and configuration (the kernel's signing key
@@ -22,7 +23,6 @@ import json
 import logging
 import os
 import sys
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,35 +32,16 @@ from mwnotebook.config import slurm as cmd
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
+from mwnotebook.launchers.slurm_job import SlurmAllocation
 from mwnotebook.launchers.ssh import DEFAULT_REQUIRE, SSHKernelHandle
 from mwnotebook.launchers.ssh_channel import agent_error
 
-__all__ = ["SlurmAllocation", "SlurmLauncher", "SrunAgent"]
+__all__ = ["SlurmLauncher", "SrunAgent"]
 
 log = logging.getLogger(__name__)
 
 _AGENT_SOURCE = Path(__file__).parent.joinpath("entry", "remote_agent.py").read_text(encoding="utf-8")
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
-
-
-async def _run(argv: Sequence[str], timeout: float = 30.0) -> str:
-    """A Slurm client command's stdout; ClusterStartError naming the command when it fails."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
-    except FileNotFoundError:
-        raise ClusterStartError(f"{argv[0]} was not found: --slurm needs the Slurm client commands "
-                                "(salloc, srun, scontrol, squeue, scancel) on this machine") from None
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise ClusterStartError(f"`{' '.join(argv)}` gave no answer within {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        raise ClusterStartError(f"`{' '.join(argv)}` failed: {err.decode(errors='replace').strip()}")
-    return out.decode(errors="replace")
 
 
 class SrunAgent:
@@ -168,158 +149,6 @@ class _Node:
     def __init__(self, name: str) -> None:
         self.target = name
         self.host = name
-
-
-class SlurmAllocation:
-    """A Slurm job to run steps in: attached (not ours to cancel) or made with salloc (ours)."""
-
-    def __init__(self, job_id: str, owned: bool) -> None:
-        self.job_id = job_id
-        self.owned = owned
-        self._reaper: asyncio.subprocess.Process | None = None
-        self.nodes: list[str] = []
-        self.addresses: dict[str, str] = {}
-        self.state = "PENDING"
-
-    @classmethod
-    async def attach(cls, job_id: str) -> SlurmAllocation:
-        allocation = cls(cmd.check_job_id(job_id), owned=False)
-        await allocation._wait_running(timeout=30.0)
-        return allocation
-
-    @classmethod
-    async def request(cls, argv: Sequence[str], timeout: float) -> SlurmAllocation:
-        """Run salloc; log the queue state while the job is pending; cancel on timeout or error."""
-        log.info("requesting a Slurm allocation: %s", " ".join(argv))
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
-        except FileNotFoundError:
-            raise ClusterStartError("salloc was not found: --slurm needs the Slurm client commands on "
-                                    "this machine (or run the notebook on a login node)") from None
-        job: str | None = None
-        shown = ""
-        errors: list[str] = []
-        deadline = time.monotonic() + timeout
-        assert proc.stderr is not None
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ClusterStartError(
-                        f"the Slurm job {job or '(not yet queued)'} was not granted within {timeout:.0f} s; "
-                        "it was cancelled. Raise --timeout or ask for fewer resources")
-                try:
-                    line = await asyncio.wait_for(proc.stderr.readline(), min(remaining, 2.0))
-                except asyncio.TimeoutError:
-                    if job:
-                        shown = await cls._log_queue(job, shown)
-                    continue
-                if not line:
-                    break
-                text = line.decode(errors="replace").strip()
-                parsed = cmd.parse_salloc_line(text)
-                if parsed:
-                    job = parsed[1]
-                    if parsed[0] == "pending":
-                        log.warning("Slurm job %s is pending; waiting up to %.0f s (--timeout)", job, timeout)
-                elif text:
-                    errors.append(text)
-            await proc.wait()
-        except BaseException:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.terminate()  # salloc withdraws a pending request on SIGTERM
-                await proc.wait()
-            if job:
-                await _cancel(job)
-            raise
-        if proc.returncode != 0 or not job:
-            if job:
-                await _cancel(job)
-            detail = "; ".join(errors[-3:]) or f"exit status {proc.returncode}"
-            raise ClusterStartError(f"salloc failed: {detail}")
-        allocation = cls(job, owned=True)
-        try:
-            await allocation._start_reaper()
-            await allocation._wait_running(timeout=max(5.0, deadline - time.monotonic()))
-        except BaseException:
-            await allocation.release()
-            raise
-        return allocation
-
-    @staticmethod
-    async def _log_queue(job: str, shown: str) -> str:
-        """Log the job's queue state when it changed; returns what is now shown."""
-        with contextlib.suppress(ClusterStartError):
-            state = cmd.parse_squeue(await _run(cmd.squeue_argv(job), 10))
-            if state and state.describe() != shown:
-                log.warning("Slurm job %s: %s; waiting", job, state.describe())
-                return state.describe()
-        return shown
-
-    async def _wait_running(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        shown = ""
-        while True:
-            state = cmd.parse_squeue(await _run(cmd.squeue_argv(self.job_id), 10))
-            if state is None:
-                raise ClusterStartError(f"Slurm job {self.job_id} is not in the queue (ended or cancelled?)")
-            self.state = state.state
-            if state.active and state.nodelist:
-                break
-            if not state.waiting:
-                raise ClusterStartError(f"Slurm job {self.job_id} is {state.describe()}: cannot run workers in it")
-            if state.describe() != shown:
-                shown = state.describe()
-                log.warning("Slurm job %s: %s; waiting", self.job_id, shown)
-            if time.monotonic() > deadline:
-                raise ClusterStartError(f"Slurm job {self.job_id} still {shown} after {timeout:.0f} s")
-            await asyncio.sleep(0.5)
-        self.nodes = cmd.parse_hostnames(await _run(cmd.hostnames_argv(state.nodelist)))
-        self.addresses = cmd.parse_node_addresses(await _run(cmd.node_info_argv(self.nodes)))
-        log.info("Slurm job %s: nodes %s", self.job_id, self.nodes)
-
-    async def ended(self) -> bool:
-        """True when the job can no longer run steps (cancelled, timed out, failed, forgotten)."""
-        return await self.current_state() not in cmd.ACTIVE_STATES
-
-    async def current_state(self) -> str:
-        with contextlib.suppress(ClusterStartError):
-            state = cmd.parse_squeue(await _run(cmd.squeue_argv(self.job_id), 10))
-            self.state = state.state if state else "ENDED"
-        return self.state
-
-    async def _start_reaper(self) -> None:
-        """A tiny process that cancels the job when its stdin (a pipe from us) closes: the job is
-        cancelled even when the notebook process itself is killed and cannot run ``release``."""
-        self._reaper = await asyncio.create_subprocess_exec(
-            "sh", "-c", 'read _ || true; exec "$@" >/dev/null 2>&1', "mwnotebook-slurm-reaper",
-            *cmd.scancel_argv(self.job_id), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
-
-    async def release(self) -> None:
-        if self.owned:
-            self.owned = False
-            await _cancel(self.job_id)
-            self.state = "CANCELLED"
-        reaper, self._reaper = self._reaper, None
-        if reaper is not None:
-            with contextlib.suppress(Exception):
-                assert reaper.stdin is not None
-                reaper.stdin.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(reaper.wait(), 15)
-
-
-async def _cancel(job: str) -> None:
-    try:
-        await _run(cmd.scancel_argv(job), 15)
-        log.info("cancelled Slurm job %s", job)
-    except ClusterStartError as exc:
-        log.warning("could not cancel Slurm job %s: %s", job, exc)
-
 
 class SlurmLauncher:
     """Starts worker kernels as job steps of one Slurm allocation (see the module docstring)."""

@@ -177,7 +177,7 @@ def test_pending_job_times_out_and_is_cancelled(slurm_env: slurm_cluster.SlurmCl
     blocker = busy.stderr.split("allocation")[-1].split()[0]
     try:
         cluster = Cluster(slurm="-N 2", workers=2, startup_timeout=6)
-        with caplog.at_level("WARNING", logger="mwnotebook.launchers.slurm"):
+        with caplog.at_level("WARNING", logger="mwnotebook.launchers"):
             with pytest.raises(ClusterStartError) as info:
                 cluster.start()
         assert "not granted within 6 s" in str(info.value)
