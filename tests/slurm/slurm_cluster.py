@@ -238,6 +238,8 @@ def _start(cluster: SlurmCluster, cpus: int) -> None:
     key = root / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
+    # slurmd drains a node that declares more CPUs than the machine has.
+    cpus = max(1, min(cpus, os.cpu_count() or 1))
     _write_conf(cluster, ctl_port=_free_port(), node_port=_free_port(), cpus=cpus)
     log_dir = root / "log"
 

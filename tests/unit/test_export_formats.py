@@ -188,3 +188,17 @@ def test_launcher_outside_slurm_says_so(capsys, monkeypatch) -> None:
         monkeypatch.delenv(name, raising=False)
     assert stc.main(["python3", "train.py"]) == 2
     assert "not inside a Slurm job step" in capsys.readouterr().err
+
+
+def test_format_reaches_the_magic_and_the_command(tmp_path) -> None:
+    from mwnotebook.frontend.cli import main
+    from mwnotebook.frontend.magics import mwtrain_parser
+
+    assert mwtrain_parser().parse_args(["--export", "d", "--format", "tfjob"]).format == "tfjob"
+    assert mwtrain_parser().parse_args(["--export", "d"]).format == "launchers"
+    script = tmp_path / "train.py"
+    script.write_text(CELL)
+    assert main(["export", "--slurm", "-N 2", "--workers", "2", "--format", "slurm",
+                 "--out", str(tmp_path / "job"), str(script)]) == 0
+    assert "#SBATCH -N 2" in (tmp_path / "job" / "job.sbatch").read_text()
+    assert not (tmp_path / "job" / "worker-0.sh").exists()
