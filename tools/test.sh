@@ -9,6 +9,9 @@ command -v chromium >/dev/null || need_apt+=(chromium)
 command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v unshare >/dev/null || need_apt+=(util-linux)
+# A real Slurm for tests/slurm (munged, slurmctld, slurmd; started by the tests themselves, no systemd)
+command -v slurmctld >/dev/null || [ -x /usr/sbin/slurmctld ] || need_apt+=(slurm-wlm)
+command -v munged >/dev/null || [ -x /usr/sbin/munged ] || need_apt+=(munge)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"

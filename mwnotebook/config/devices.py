@@ -158,6 +158,8 @@ def visible_devices_per_worker(spec: Any, *, environ: Mapping[str, str] | None =
         return [NO_GPU] * workers
     if spec.gpus_per_worker is None:
         return [None] * workers
+    if getattr(spec, "uses_slurm", False):
+        return [None] * workers  # Slurm binds each worker's GPUs itself (srun --gpus-per-task)
     if spec.hosts:
         from mwnotebook.config.hosts import worker_hosts
 

@@ -80,6 +80,12 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local workers' TensorFlow ports: 'private' keeps them in a network namespace "
                              "unreachable from other machines, 'host' puts them on this machine's network, "
                              "'auto' (default) is private where this machine allows it")
+    parser.add_argument("--slurm", default=None, nargs="?", const="", metavar='"SALLOC ARGS"',
+                        help="run workers as Slurm job steps in one allocation made with these salloc "
+                             "arguments (e.g. \"-p gpu -t 01:00:00\"); alone: the allocation this notebook "
+                             "runs in (SLURM_JOB_ID)")
+    parser.add_argument("--slurm-job", default=None, metavar="JOBID",
+                        help="run workers as job steps of this existing Slurm allocation")
 
 
 def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
@@ -94,12 +100,16 @@ def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
         hosts = tuple(h.strip() for h in ns.hosts.split(",") if h.strip())
         if not hosts:
             raise ConfigError(f"--hosts names no host: {ns.hosts!r}")
-    elif ns.workers_per_host or ns.tf_address:
+    elif ns.tf_address or (ns.workers_per_host and getattr(ns, "slurm", None) is None
+                           and getattr(ns, "slurm_job", None) is None):
         raise ConfigError("--workers-per-host and --tf-address only apply together with --hosts")
     fields: dict[str, Any] = dict(
         workers=ns.workers, cpu=ns.cpu, env=env, legacy_keras=False if ns.no_legacy_keras else None,
         python=ns.python, hosts=hosts, workers_per_host=ns.workers_per_host, tf_address=ns.tf_address,
         gpus_per_worker=ns.gpus_per_worker, collective=ns.collective, mixed_precision=ns.mixed_precision,
-        xla=ns.xla, preload=ns.preload, network=ns.network)
+        xla=ns.xla, preload=ns.preload, network=ns.network,
+        slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None))
+    if (fields["slurm"] is not None or fields["slurm_job"] is not None) and getattr(ns, "timeout", None):
+        fields["startup_timeout"] = ns.timeout  # --timeout also bounds the wait in Slurm's queue
     return ClusterSpec(**fields)
 

@@ -58,6 +58,9 @@ class ClusterSpec:
     preload: bool = field(default=False, compare=False)
     network: str = "auto"
     startup_timeout: float = field(default=60.0, compare=False)
+    #: ``--slurm``: salloc arguments ("" = none, or the allocation we are in); ``--slurm-job``: a job id.
+    slurm: str | None = None
+    slurm_job: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", dict(self.env))
@@ -68,8 +71,8 @@ class ClusterSpec:
             placement = worker_hosts(list(self.hosts), self.workers, self.workers_per_host)
             if self.workers is None:
                 object.__setattr__(self, "workers", len(placement))
-        elif self.workers_per_host is not None:
-            raise ConfigError("--workers-per-host only applies together with --hosts")
+        elif self.workers_per_host is not None and not self.uses_slurm:
+            raise ConfigError("--workers-per-host only applies together with --hosts or --slurm")
         if self.workers is None:
             object.__setattr__(self, "workers", 2)
         self._validate()
@@ -110,8 +113,16 @@ class ClusterSpec:
         if self.hosts and self.network == "private":
             raise ConfigError("--network private applies to local workers only; remote hosts use their own "
                               "networks (see notebooks/04_remote_hosts.ipynb for firewalling TF's ports)")
+        if self.uses_slurm:
+            from mwnotebook.config.slurm import check_slurm_spec
+
+            check_slurm_spec(self)
         if not self.startup_timeout > 0:
             raise ConfigError(f"startup_timeout must be > 0 seconds, got {self.startup_timeout!r}")
+
+    @property
+    def uses_slurm(self) -> bool:
+        return self.slurm is not None or self.slurm_job is not None
 
     @property
     def use_legacy_keras(self) -> bool:

@@ -232,6 +232,11 @@ class AsyncCluster:
                 tf_config=tf_config_for(self._addresses, i) if self._addresses else {}))
         return infos
 
+    async def scheduler_status(self) -> dict[str, Any] | None:
+        """The batch job the workers run in (Slurm: job id, nodes, state), or None without one."""
+        status = getattr(self._launcher, "status", None)
+        return await status() if status is not None else None
+
     async def query(self, code: str, timeout: float = 30.0) -> list[str | None]:
         """Run a small read-only snippet silently on every worker; each one's stdout (None on error).
 

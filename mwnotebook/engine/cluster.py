@@ -133,6 +133,10 @@ class Cluster:
     def status(self) -> list[WorkerInfo]:
         return self._loop.run(self._core.status())
 
+    def scheduler_status(self) -> dict[str, Any] | None:
+        """The batch job the workers run in (Slurm: ``job_id``, ``nodes``, ``state``), or None."""
+        return self._loop.run(self._core.scheduler_status())
+
     def query(self, code: str, timeout: float = 30.0) -> list[str | None]:
         """Each worker's stdout from a silent, read-only snippet (None where it failed)."""
         return self._loop.run(self._core.query(code, timeout))

@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", "-o", required=True, metavar="DIR", help="directory to write (created if missing)")
     export.add_argument("--ports", type=_ports, default=None, metavar="P0,P1,...",
                         help="TF port of each worker (default: free ports here; 12345 on --hosts)")
+    export.add_argument("--format", default="launchers", choices=("launchers", "slurm", "tfjob"),
+                        help="per-worker launchers (default), a Slurm batch job (job.sbatch), or a "
+                             "Kubernetes TFJob manifest (tfjob.yaml)")
     export.add_argument("script", metavar="SCRIPT", help="the training script (Python)")
     return parser
 
@@ -416,6 +419,11 @@ def cmd_export(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     code = _read_script("export", script, stderr)
     if code is None:
         return EXIT_USAGE
+    if getattr(ns, "format", "launchers") != "launchers":
+        from mwnotebook.frontend.export_formats import export_format  # noqa: PLC0415
+
+        print(export_format(code, ns.out, spec_from_options(ns), ns.format).summary(), file=stdout)
+        return EXIT_OK
     job = export_cell(code, ns.out, spec_from_options(ns), ports=ns.ports)
     print(job.summary(), file=stdout)
     return EXIT_OK

@@ -48,6 +48,9 @@ def mwtrain_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-dashboard", action="store_true", help="no live chart, text output only")
     parser.add_argument("--export", default=None, metavar="DIR",
                         help="also write the cell as a script plus one launcher per worker into DIR")
+    parser.add_argument("--format", default="launchers", choices=("launchers", "slurm", "tfjob"),
+                        help="with --export: per-worker launchers (default), a Slurm batch job, or a "
+                             "Kubernetes TFJob manifest")
     return parser
 
 
@@ -132,7 +135,11 @@ class MWMagics(Magics):
         spec = _spec(ns)
         if not cell.strip():
             raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
-        if ns.export:
+        if ns.export and ns.format != "launchers":
+            from mwnotebook.frontend.export_formats import export_format  # noqa: PLC0415
+
+            print(export_format(cell, ns.export, spec, ns.format).summary())
+        elif ns.export:
             from mwnotebook.frontend.export import export_cell  # noqa: PLC0415 - only needed with --export
 
             print(export_cell(cell, ns.export, spec).summary())
@@ -183,6 +190,9 @@ class MWMagics(Magics):
             print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
         elif ns.action == "status":
             publish_display_data(status_bundle(cluster.status(), cluster.devices()))
+            job = cluster.scheduler_status()
+            if job:
+                print(f"mwnotebook: Slurm job {job['job_id']} ({job['state']}) on {', '.join(job['nodes']) or '-'}")
         elif ns.action == "restart":
             cluster.restart()
             print(f"mwnotebook: restarted {cluster.spec.workers} workers")

@@ -15,6 +15,10 @@ __all__ = ["KernelHandle", "Launcher", "LocalLauncher", "make_launcher"]
 
 def make_launcher(spec: ClusterSpec) -> Launcher:
     """The launcher a spec asks for: SSH when it names hosts, local otherwise."""
+    if getattr(spec, "uses_slurm", False):
+        from mwnotebook.launchers.slurm import SlurmLauncher  # lazily: only Slurm users need it
+
+        return SlurmLauncher.from_spec(spec)
     if spec.hosts:
         from mwnotebook.launchers.ssh import SSHLauncher  # imported lazily: asyncssh is only needed for remote hosts
 

@@ -197,10 +197,11 @@ def _wait_port(address: str, port: int, timeout: float) -> None:
             time.sleep(0.05)
 
 
-def create(count: int = 2) -> TestNet:
-    """Make ``count`` test hosts; on any failure everything made so far is removed."""
+def create(count: int = 2, suffix: str = "") -> TestNet:
+    """Make ``count`` test hosts; on any failure everything made so far is removed. ``suffix`` tells
+    apart several nets of one process (the SSH hosts and the Slurm nodes of one test session)."""
     _remove_stale()
-    tag = f"{os.getpid():06x}"
+    tag = f"{os.getpid():06x}" + (f"-{suffix}" if suffix else "")
     net = TestNet(tag=tag, subnet=_pick_subnet(), root=Path(tempfile.mkdtemp(prefix="mwnb-ssh-")))
     try:
         _build(net, count)

@@ -177,7 +177,8 @@ class Kernel:
         self.connection_file = os.path.join(self.dir, "kernel.json")
         self.log_path = os.path.join(self.dir, "kernel.log")
         info = {
-            "ip": "127.0.0.1", "transport": "tcp", "key": config["key"],
+            # Loopback unless the launcher reaches the kernel directly (Slurm: the node's address).
+            "ip": config.get("ip") or "127.0.0.1", "transport": "tcp", "key": config["key"],
             "signature_scheme": config.get("signature_scheme", "hmac-sha256"),
             "kernel_name": "", "shell_port": 0, "iopub_port": 0, "stdin_port": 0,
             "control_port": 0, "hb_port": 0,

@@ -1,0 +1,310 @@
+"""Worker kernels as Slurm job steps.
+
+One allocation per launcher (so per running cluster, kept across cells with the same options):
+``--slurm-job J`` or ``SLURM_JOB_ID`` (we are inside an allocation) attach to an existing job, which
+is never cancelled by us; otherwise ``salloc --no-shell`` makes one, and :meth:`SlurmLauncher.close`
+(stop, kernel exit, any failure to start) cancels it. While the job is pending the queue state is
+logged and the start waits, bounded by the start-up timeout (``--timeout``, else 60 s). The job
+itself: ``slurm_job.py``.
+
+Every process on a node is the remote agent of ``entry/remote_agent.py`` (the one SSH workers use),
+run as ``srun ... PYTHON -u -c BOOTSTRAP``; its source and configuration (the kernel's signing key
+included) travel on srun's stdin, never on a command line. One ``ports`` agent per node holds the
+TensorFlow ports; one ``kernel`` agent per worker runs its kernel, which binds the node's own
+address (``NodeAddr``): the notebook host is on the cluster network and reaches it directly, with
+signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports chosen on each node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mwnotebook.config import slurm as cmd
+from mwnotebook.config.tf_config import format_address
+from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
+from mwnotebook.launchers.slurm_job import SlurmAllocation
+from mwnotebook.launchers.ssh import DEFAULT_REQUIRE, SSHKernelHandle
+from mwnotebook.launchers.ssh_channel import agent_error
+
+__all__ = ["SlurmLauncher", "SrunAgent"]
+
+log = logging.getLogger(__name__)
+
+_AGENT_SOURCE = Path(__file__).parent.joinpath("entry", "remote_agent.py").read_text(encoding="utf-8")
+_CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+
+class SrunAgent:
+    """One run of the remote agent as a Slurm job step (the srun process's stdin/stdout)."""
+
+    def __init__(self, process: asyncio.subprocess.Process, node: str) -> None:
+        self.process = process
+        self.host = node
+        self._stderr: list[str] = []
+        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
+
+    @classmethod
+    async def start(cls, job_id: str, node: str, python: str, gpus: int | None = None) -> SrunAgent:
+        argv = cmd.srun_argv(job_id, node, [python, "-u", "-c", BOOTSTRAP], gpus)
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=1 << 22)
+        agent = cls(process, node)
+        agent._write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}")
+        return agent
+
+    def _write(self, text: str) -> None:
+        with contextlib.suppress(Exception):
+            assert self.process.stdin is not None
+            self.process.stdin.write(text.encode())
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        self.send(json.dumps(dict(config)))
+
+    def send(self, line: str) -> None:
+        self._write(line + "\n")
+
+    async def _drain_stderr(self) -> None:
+        assert self.process.stderr is not None
+        with contextlib.suppress(Exception):
+            while chunk := await self.process.stderr.read(4096):
+                self._stderr.append(chunk.decode(errors="replace"))
+                del self._stderr[:-8]
+
+    async def next_event(self) -> dict[str, Any] | None:
+        assert self.process.stdout is not None
+        while line := await self.process.stdout.readline():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            if isinstance(event, dict):
+                return event
+            log.debug("unexpected line from the agent on %s: %r", self.host, line)
+        return None
+
+    async def why_it_ended(self, python: str) -> str:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.process.wait(), 3)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._stderr_task, 1)
+        lines = "".join(self._stderr).strip().splitlines()
+        if any("execve" in line for line in lines):
+            return (f"Python interpreter {python!r} could not be started on the node; pass --python with "
+                    "the path of the nodes' interpreter that has ipykernel and tensorflow")
+        errors = [line for line in lines if "error" in line] or lines
+        detail = f": {errors[0].strip()}" if errors else ""
+        return f"the job step ended (exit status {self.process.returncode}){detail}"
+
+    async def close(self) -> None:
+        """stdin EOF (the agent kills its kernel and exits, ending the step); then by force."""
+        with contextlib.suppress(Exception):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        try:
+            await asyncio.wait_for(self.process.wait(), 5)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.terminate()  # srun cancels its step
+            try:
+                await asyncio.wait_for(self.process.wait(), 5)
+            except asyncio.TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.kill()
+                await self.process.wait()
+        self._stderr_task.cancel()
+
+
+class SlurmKernelHandle(SSHKernelHandle):
+    """A kernel in a job step, reached directly at its node's address."""
+
+    async def _watch_agent(self) -> None:
+        try:
+            while (event := await self._agent.next_event()) is not None:
+                if event.get("event") == "exit":
+                    self._exit = str(event.get("description", "exited"))
+                    self._log_tail = str(event.get("log", ""))
+                    break
+        except Exception:
+            log.debug("job step of worker %d on %s failed", self.index, self.host, exc_info=True)
+        finally:
+            if not self._exit:
+                self._exit = f"its Slurm job step on {self.host} ended (job cancelled or node lost?)"
+            self._ended.set()
+
+
+class _Node:
+    """What a handle needs of its place (``target`` is the name shown for the worker)."""
+
+    def __init__(self, name: str) -> None:
+        self.target = name
+        self.host = name
+
+class SlurmLauncher:
+    """Starts worker kernels as job steps of one Slurm allocation (see the module docstring)."""
+
+    def __init__(self, *, salloc_args: str | None = "", job_id: str | None = None,
+                 workers: int = 2, workers_per_host: int | None = None,
+                 gpus_per_worker: int | None = None, python: str | None = None,
+                 require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
+                 cwd: str | None = None) -> None:
+        self.workers = workers
+        self.workers_per_host = workers_per_host
+        self.gpus_per_worker = gpus_per_worker
+        self.python = python or sys.executable
+        self.require = tuple(require)
+        self.startup_timeout = startup_timeout
+        self.cwd = cwd or os.getcwd()
+        self._job_id = cmd.check_job_id(job_id) if job_id else None
+        self._salloc = cmd.salloc_argv(cmd.split_salloc_args(salloc_args or ""), workers,
+                                       workers_per_host, gpus_per_worker)
+        self.allocation: SlurmAllocation | None = None
+        self.placement: list[str] = []
+        self._holders: list[SrunAgent] = []
+        self._handles: list[SlurmKernelHandle] = []
+        self._allocating = asyncio.Lock()
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> SlurmLauncher:
+        job = spec.slurm_job or (os.environ.get("SLURM_JOB_ID") if not spec.slurm else None)
+        return cls(salloc_args=spec.slurm, job_id=job, workers=spec.workers,
+                   workers_per_host=spec.workers_per_host, gpus_per_worker=spec.gpus_per_worker,
+                   python=spec.python, startup_timeout=spec.startup_timeout)
+
+    @property
+    def job_id(self) -> str | None:
+        return self.allocation.job_id if self.allocation else self._job_id
+
+    async def _allocate(self, refresh: bool = False) -> SlurmAllocation:
+        """The allocation; with ``refresh`` (a fresh start, new TF addresses) a new one replaces
+        one that has ended. Restarts never re-allocate: their TF_CONFIGs name the old nodes."""
+        async with self._allocating:
+            return await self._allocate_locked(refresh)
+
+    async def _allocate_locked(self, refresh: bool) -> SlurmAllocation:
+        if refresh and self.allocation is not None and await self.allocation.ended():
+            # A fresh start after the job ended (time limit, scancel): a new allocation if it was ours.
+            old, self.allocation = self.allocation, None
+            await old.release()
+            if self._job_id:
+                raise ClusterStartError(f"Slurm job {old.job_id} has ended ({old.state}); make a new "
+                                        "allocation and pass its id with --slurm-job")
+            log.warning("Slurm job %s has ended (%s); requesting a new allocation", old.job_id, old.state)
+        if self.allocation is None:
+            if self._job_id:
+                self.allocation = await SlurmAllocation.attach(self._job_id)
+            else:
+                self.allocation = await SlurmAllocation.request(self._salloc, self.startup_timeout)
+            self.placement = cmd.place_workers(self.allocation.nodes, self.workers, self.workers_per_host)
+        return self.allocation
+
+    async def tf_addresses(self, count: int) -> list[str]:
+        """Allocate (or attach), then hold one TF port per worker on each worker's node."""
+        if count != self.workers:
+            raise ConfigError(f"{count} workers requested but the launcher was made for {self.workers}")
+        allocation = await self._allocate(refresh=True)
+        await self._release_ports()
+        by_node: dict[str, list[int]] = {}
+        for index, node in enumerate(self.placement):
+            by_node.setdefault(node, []).append(index)
+        addresses = [""] * count
+
+        async def reserve(node: str, indices: list[int]) -> None:
+            agent = await SrunAgent.start(allocation.job_id, node, self.python)
+            self._holders.append(agent)
+            agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
+            event = await self._first_event(agent, node, self.startup_timeout)
+            address = allocation.addresses.get(node, node)
+            for index, port in zip(indices, event["ports"]):
+                addresses[index] = format_address(address, int(port))
+
+        results = await asyncio.gather(*(reserve(n, ix) for n, ix in by_node.items()), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self._release_ports()
+            raise errors[0]
+        log.info("TensorFlow addresses: %s", addresses)
+        return addresses
+
+    async def _first_event(self, agent: SrunAgent, node: str, timeout: float) -> dict[str, Any]:
+        try:
+            event = await asyncio.wait_for(agent.next_event(), timeout)
+        except asyncio.TimeoutError:
+            await agent.close()
+            raise ClusterStartError(f"{node}: no answer from the job step within {timeout:.0f} s",
+                                    host=node) from None
+        if event is None:
+            reason = await agent.why_it_ended(self.python)
+            await agent.close()
+            if self.allocation is not None and await self.allocation.ended():
+                reason = (f"Slurm job {self.allocation.job_id} has ended ({self.allocation.state}); "
+                          + ("the next cell requests a new allocation" if not self._job_id
+                             else "pass a running job's id with --slurm-job"))
+            raise ClusterStartError(f"{node}: {reason}", host=node)
+        if event.get("event") == "error":
+            await agent.close()
+            raise ClusterStartError(f"{node}: {agent_error(event, self.python)}", host=node)
+        return event
+
+    async def _release_ports(self) -> None:
+        holders, self._holders = self._holders, []
+        await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
+
+    async def start(self, index: int, env: Mapping[str, str]) -> SlurmKernelHandle:
+        allocation = await self._allocate()
+        if not 0 <= index < len(self.placement):
+            raise ConfigError(f"worker {index} has no place in the allocation ({len(self.placement)} slots)")
+        node = self.placement[index]
+        address = allocation.addresses.get(node, node)
+        key = str(uuid.uuid4())
+        agent = await SrunAgent.start(allocation.job_id, node, self.python, self.gpus_per_worker)
+        try:
+            agent.configure({
+                "role": "kernel", "key": key, "signature_scheme": "hmac-sha256", "ip": address,
+                "env": dict(env), "require": list(self.require), "cwd": self.cwd,
+                "timeout": self.startup_timeout,
+            })
+            event = await self._first_event(agent, node, self.startup_timeout + 5)
+            if event.get("event") != "ready":
+                raise ClusterStartError(f"{node}: unexpected agent reply {event.get('event')!r}", host=node)
+        except ClusterStartError as exc:
+            exc.worker = index
+            await agent.close()
+            raise
+        except BaseException:
+            await agent.close()
+            raise
+        info: dict[str, Any] = {"ip": address, "transport": "tcp", "key": key,
+                                "signature_scheme": "hmac-sha256", "kernel_name": ""}
+        info.update({name: int(event["ports"][name]) for name in _CHANNELS})
+        handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), [], info)  # type: ignore[arg-type]
+        handle.remote_dir = str(event.get("dir", ""))
+        self._handles = [h for h in self._handles if not h._ended.is_set()] + [handle]
+        log.info("worker %d: kernel pid %s on %s (job %s)", index, handle.pid, node, allocation.job_id)
+        return handle
+
+    async def status(self) -> dict[str, Any]:
+        """Job id, nodes and the job's state, for ``%mwcluster status``."""
+        if self.allocation is None:
+            return {"job_id": self._job_id, "nodes": [], "state": "not allocated"}
+        return {"job_id": self.allocation.job_id, "nodes": list(self.allocation.nodes),
+                "state": await self.allocation.current_state(), "owned": self.allocation.owned}
+
+    async def close(self) -> None:
+        """Kill every kernel, release the ports, and cancel the allocation if we made it."""
+        handles, self._handles = self._handles, []
+        await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
+        await self._release_ports()
+        allocation, self.allocation = self.allocation, None
+        if allocation is not None:
+            await allocation.release()

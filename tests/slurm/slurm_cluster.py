@@ -1,0 +1,268 @@
+"""A throwaway Slurm cluster for tests: munged, one slurmctld and one slurmd per network-namespace
+test host (``tests/remote/netns_hosts.py``), so every node has its own address on the test bridge.
+
+Layout::
+
+    root namespace (the notebook host, 10.213.N.1 on the bridge)
+        munged   (own key, own socket in the temp dir: AuthInfo=socket=...)
+        slurmctld (SlurmctldHost=<this host>(10.213.N.1), a free port)
+    netns mwnb-TAG-0  10.213.N.10   slurmd -N mwnode0  (sshd too, from netns_hosts)
+    netns mwnb-TAG-1  10.213.N.11   slurmd -N mwnode1
+
+Clients (salloc, srun, sinfo, scancel, scontrol) find this cluster through ``SLURM_CONF``;
+:meth:`SlurmCluster.env` gives the variables. Everything lives in one temporary directory; the
+daemons run in the foreground as children of the test process, so teardown knows each one.
+Needs root and Debian's ``slurm-wlm`` + ``munge``; :func:`unavailable_reason` says why not.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
+import netns_hosts  # noqa: E402
+
+BINARIES = ("munged", "slurmctld", "slurmd", "salloc", "srun", "sinfo", "scancel", "scontrol", "squeue")
+
+
+def _binary(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (str(p) for p in (Path("/usr/sbin") / name, Path("/usr/bin") / name) if p.exists()), None)
+
+
+def unavailable_reason() -> str | None:
+    """Why a test Slurm cluster cannot run here, or None if it can."""
+    reason = netns_hosts.unavailable_reason()
+    if reason:
+        return reason.replace("remote tests", "Slurm tests")
+    missing = [name for name in BINARIES if _binary(name) is None]
+    if missing:
+        return f"Slurm tests need {', '.join(missing)} (apt-get install slurm-wlm munge)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SlurmCluster:
+    """The daemons, the config and the test network. Use :func:`create` / :meth:`destroy`."""
+
+    net: netns_hosts.TestNet
+    root: Path
+    node_names: list[str] = field(default_factory=list)
+    daemons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "slurm.conf"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.root / "munge" / "munge.socket"
+
+    def env(self) -> dict[str, str]:
+        """What a Slurm client needs to talk to this cluster."""
+        return {"SLURM_CONF": str(self.conf)}
+
+    def run(self, *argv: str, timeout: float = 30, check: bool = True,
+            cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command against this cluster."""
+        env = {**os.environ, **self.env()}
+        env.pop("SLURM_JOB_ID", None)
+        result = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+        if check and result.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
+        return result
+
+    def node_states(self) -> dict[str, str]:
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
+        return dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
+
+    def jobs(self) -> list[str]:
+        """Ids of the jobs Slurm still knows as pending or running."""
+        out = self.run("squeue", "-h", "-o", "%i %T", check=False).stdout
+        return [line.split()[0] for line in out.splitlines()
+                if line.split() and line.split()[1] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")]
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Until every node is idle (no job left on it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.node_states()
+            if states and set(states) == set(self.node_names) and all(
+                    s.rstrip("*") == "idle" for s in states.values()):
+                return
+            self._check_daemons()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Slurm nodes not idle after {timeout:.0f} s: {states}; "
+                                   f"logs in {self.root}")
+            time.sleep(0.1)
+
+    def _check_daemons(self) -> None:
+        for name, proc in self.daemons.items():
+            if proc.poll() is not None:
+                log = (self.root / "log" / f"{name}.log")
+                tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+                raise RuntimeError(f"{name} exited ({proc.returncode}):\n{tail}")
+
+    def step_pids(self) -> dict[str, list[str]]:
+        """Per node: processes in its namespace other than sshd and slurmd (job steps, kernels)."""
+        keep = {self.net.hosts[i].sshd.pid for i in range(len(self.net.hosts))  # type: ignore[union-attr]
+                if self.net.hosts[i].sshd is not None}
+        keep |= {p.pid for n, p in self.daemons.items() if n.startswith("slurmd")}
+        left = {}
+        for host in self.net.hosts:
+            pids = netns_hosts.ns_pids(host.netns) - keep
+            if pids:
+                left[host.netns] = netns_hosts.describe_pids(pids)
+        return left
+
+    def wait_no_leftovers(self, timeout: float = 15.0) -> dict[str, list[str]]:
+        """Wait until no job is known and no node runs anything but its daemons."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = self.step_pids()
+            jobs = self.jobs()
+            if jobs:
+                left["squeue"] = jobs
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.1)
+
+    def destroy(self) -> None:
+        """Cancel every job, stop every daemon, remove the namespaces and the directory."""
+        if self.daemons.get("slurmctld") is not None and self.daemons["slurmctld"].poll() is None:
+            for job in self.jobs():
+                self.run("scancel", job, check=False, timeout=10)
+        order = [n for n in self.daemons if n.startswith("slurmd")] + ["slurmctld", "munged"]
+        for name in order:
+            proc = self.daemons.get(name)
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        self.net.destroy()  # kills anything left in the node namespaces
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _write_conf(cluster: SlurmCluster, ctl_port: int, node_port: int, cpus: int) -> None:
+    root = cluster.root
+    ctl_host = socket.gethostname().split(".")[0]
+    lines = [
+        "ClusterName=mwtest",
+        f"SlurmctldHost={ctl_host}({cluster.net.address(1)})",
+        f"SlurmctldPort={ctl_port}",
+        f"SlurmdPort={node_port}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={cluster.munge_socket}",
+        f"StateSaveLocation={root / 'state'}",
+        f"SlurmdSpoolDir={root / 'spool' / '%n'}",
+        f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+        f"SlurmdPidFile={root / 'spool' / 'slurmd-%n.pid'}",
+        f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={root / 'log' / 'slurmd-%n.log'}",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobCompType=jobcomp/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_CPU",
+        "SchedulerType=sched/backfill",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "SlurmctldTimeout=30",
+        "SlurmdTimeout=30",
+        "InactiveLimit=0",
+        "KillWait=2",
+        "MinJobAge=2",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+    ]
+    for name, host in zip(cluster.node_names, cluster.net.hosts):
+        lines.append(f"NodeName={name} NodeAddr={host.address} NodeHostname={name} "
+                     f"CPUs={cpus} RealMemory=1000 State=UNKNOWN")
+    lines.append(f"PartitionName=test Nodes={','.join(cluster.node_names)} Default=YES "
+                 "MaxTime=INFINITE State=UP OverSubscribe=NO")
+    cluster.conf.write_text("\n".join(lines) + "\n")
+
+
+def _wait_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"munged did not create {path}")
+        time.sleep(0.02)
+
+
+def create(nodes: int = 2, cpus: int = 2) -> SlurmCluster:
+    """Start a Slurm cluster of ``nodes`` nodes; on any failure everything made is removed."""
+    net = netns_hosts.create(nodes, suffix="s")  # beside the SSH tests' hosts of the same session
+    cluster = SlurmCluster(net=net, root=Path(tempfile.mkdtemp(prefix="mwnb-slurm-")),
+                           node_names=[f"mwnode{i}" for i in range(nodes)])
+    try:
+        _start(cluster, cpus)
+    except BaseException:
+        cluster.destroy()
+        raise
+    return cluster
+
+
+def _start(cluster: SlurmCluster, cpus: int) -> None:
+    root = cluster.root
+    os.chmod(root, 0o755)
+    for sub in ("state", "spool", "log", "munge"):
+        (root / sub).mkdir(mode=0o700)
+    for name in cluster.node_names:
+        (root / "spool" / name).mkdir(mode=0o700)
+    key = root / "munge" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    # slurmd drains a node that declares more CPUs than the machine has.
+    cpus = max(1, min(cpus, os.cpu_count() or 1))
+    _write_conf(cluster, ctl_port=_free_port(), node_port=_free_port(), cpus=cpus)
+    log_dir = root / "log"
+
+    munged = _binary("munged")
+    cluster.daemons["munged"] = subprocess.Popen(
+        [str(munged), "--foreground", "--force", f"--socket={cluster.munge_socket}",
+         f"--key-file={key}", f"--pid-file={root / 'munge' / 'munged.pid'}",
+         f"--seed-file={root / 'munge' / 'munged.seed'}", f"--log-file={log_dir / 'munged.log'}"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_socket(cluster.munge_socket, cluster.daemons["munged"], 10)
+
+    env = {**os.environ, **cluster.env()}
+    env.pop("SLURM_JOB_ID", None)
+    cluster.daemons["slurmctld"] = subprocess.Popen(
+        [str(_binary("slurmctld")), "-D", "-c", "-i", "-f", str(cluster.conf)],
+        stdin=subprocess.DEVNULL, stdout=open(log_dir / "slurmctld.out", "wb"),
+        stderr=subprocess.STDOUT, env=env)
+    for name, host in zip(cluster.node_names, cluster.net.hosts):
+        cluster.daemons[f"slurmd-{name}"] = subprocess.Popen(
+            # nsenter, not `ip netns exec`: the latter remounts /sys, hiding /sys/fs/cgroup, and
+            # slurmd 22.05 refuses to start without it.
+            ["nsenter", f"--net=/run/netns/{host.netns}", str(_binary("slurmd")), "-D", "-N", name,
+             "-f", str(cluster.conf)],
+            stdin=subprocess.DEVNULL, stdout=open(log_dir / f"slurmd-{name}.out", "wb"),
+            stderr=subprocess.STDOUT, env=env)
+    cluster.wait_idle(30)

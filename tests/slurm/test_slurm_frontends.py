@@ -1,0 +1,76 @@
+"""What users run against Slurm: the lesson notebook (the same cell on this machine, on SSH hosts and
+on Slurm, then ``%mwcluster status`` and stop) executed headless, and ``mwnotebook run --slurm``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import slurm_cluster
+from nbclient import NotebookClient
+from seed_cell import expected_line
+
+pytestmark = [pytest.mark.slurm, pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "06_laptop_ssh_slurm.ipynb"
+
+
+def text_of(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        parts.append(output.get("text", ""))
+        for value in output.get("data", {}).values():
+            parts.append(value if isinstance(value, str) else str(value))
+    return "\n".join(parts)
+
+
+def test_lesson_notebook_runs_the_cell_in_three_places(slurm_env: slurm_cluster.SlurmCluster,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    net = slurm_env.net
+    monkeypatch.setenv("HOME", str(net.home))  # the test hosts' ~/.ssh/config, key and known_hosts
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.setenv("MWNOTEBOOK_HOSTS", ",".join(h.alias for h in net.hosts))
+    monkeypatch.setenv("MWNOTEBOOK_SLURM", "-N 2")
+    monkeypatch.setenv("MWNOTEBOOK_PYTHON", sys.executable)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, timeout=500, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT)}}).execute()
+    out_dir = ROOT / "artifacts"
+    out_dir.mkdir(exist_ok=True)
+    nbformat.write(nb, out_dir / "06_laptop_ssh_slurm.executed.ipynb")
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    trains = [c for c in code if c.source.startswith("%%mwtrain")]
+    assert [t.source.split("\n", 1)[1] for t in trains[1:]] == [trains[0].source.split("\n", 1)[1]] * 2
+    for train in trains:
+        lines = text_of(train).splitlines()
+        for i in range(2):
+            assert f"[worker {i}] {expected_line(i)}" in lines, text_of(train)[-3000:]
+    status = text_of(next(c for c in code if c.source.strip() == "%mwcluster status"))
+    assert "Slurm job" in status and "(RUNNING) on mwnode0, mwnode1" in status, status
+    for host in net.hosts:
+        assert host.address in status
+    # %mwcluster stop cancelled the job; slurm_env checks that nothing is left on the nodes.
+
+
+def test_cli_run_on_slurm_workers(slurm_env: slurm_cluster.SlurmCluster, tmp_path: Path) -> None:
+    """The command's plumbing with --slurm (the seed itself runs through Slurm in the notebook and in
+    test_slurm_workers.py): each worker is a task of one job on its own node, and the job ends with it."""
+    script = tmp_path / "where.py"
+    script.write_text("import json, os\n"
+                      "print(os.environ['SLURMD_NODENAME'], os.environ['SLURM_JOB_ID'],\n"
+                      "      json.loads(os.environ['TF_CONFIG'])['task']['index'])\n")
+    env = {**os.environ, **slurm_env.env()}
+    env.pop("TF_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "mwnotebook.frontend.cli", "run", "--slurm", "-N 2", "--no-report", str(script)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = sorted(line.split("] ", 1)[1].split() for line in done.stdout.splitlines() if line.startswith("[worker"))
+    assert len(printed) == 2 and printed[0][1] == printed[1][1], done.stdout
+    assert [(p[0], p[2]) for p in printed] == [("mwnode0", "0"), ("mwnode1", "1")]
