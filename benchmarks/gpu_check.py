@@ -263,7 +263,7 @@ def main() -> int:
         return 2
     try:
         tfinfo = probe_tf()
-    except Exception as exc:  # noqa: BLE001 - report anything, then fail
+    except Exception as exc:  # report anything, then fail
         say(str(exc))
         print("GPU CHECK FAILED (TensorFlow probe)", flush=True)
         return 1
@@ -330,7 +330,7 @@ def main() -> int:
                 if s.get("compute_dtype") != policy:
                     failures.append(f"worker {i}: compute dtype {s.get('compute_dtype')}, "
                                     f"expected {policy}")
-    except Exception as exc:  # noqa: BLE001 - a failed run is a result to print
+    except Exception as exc:  # a failed run is a result to print
         failures.append(f"{type(exc).__name__}: {exc}")
 
     if "big_float32" in results and "big_mixed" in results:

@@ -298,7 +298,7 @@ class Dashboard:
             value = self.status_html()
             if self.status_widget.value != value:
                 self.status_widget.value = value
-        except Exception:  # noqa: BLE001 - a broken display must never break the training run
+        except Exception:  # a broken display must never break the training run
             log.exception("mwnotebook dashboard update failed")
         # Measured from the END of this update: however long an update takes (a starved kernel),
         # two updates leave at least one interval apart.

@@ -159,7 +159,7 @@ def _deliver(sink: EventSink | None, event: Event) -> None:
         return
     try:
         sink(event)
-    except Exception:  # noqa: BLE001 - a broken observer must not break the run
+    except Exception:  # a broken observer must not break the run
         log.exception("event observer failed on %r", event)
 
 
@@ -170,5 +170,5 @@ def _kill_all_at_exit() -> None:
         if cluster.started:
             try:
                 cluster._loop.run(cluster._core.kill(), timeout=10)
-            except Exception:  # noqa: BLE001 - best effort at exit
+            except Exception:  # best effort at exit
                 log.debug("could not stop a cluster at exit", exc_info=True)

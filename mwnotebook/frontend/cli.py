@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mwnotebook.config.options import add_cluster_arguments, spec_from_options
-from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError
+from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError, render_failures
 from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
 
 log = logging.getLogger(__name__)
@@ -84,13 +84,21 @@ def _ports(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--ports takes comma-separated port numbers, got {text!r}") from None
 
 
+def _version() -> str:
+    """The installed distribution's version (read from its metadata, not from the package top)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mwnotebook")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="mwnotebook", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=fmt)
-    from mwnotebook import __version__  # noqa: PLC0415 - avoid a cycle at import time
-
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what mwnotebook does (to stderr)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -119,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _seconds(text: str) -> float:
-    from mwnotebook.config.options import seconds  # noqa: PLC0415
+    from mwnotebook.config.options import seconds
 
     return seconds(text)
 
@@ -134,8 +142,8 @@ class RunObserver:
     """
 
     def __init__(self, workers: int, stdout: TextIO, stderr: TextIO) -> None:
-        from mwnotebook.engine.relay import TextRelay  # noqa: PLC0415
-        from mwnotebook.shared.metrics import MetricsStore  # noqa: PLC0415
+        from mwnotebook.engine.relay import TextRelay
+        from mwnotebook.shared.metrics import MetricsStore
 
         self.workers = workers
         self.relay = TextRelay(stdout, stderr)
@@ -192,14 +200,7 @@ def describe_failure(exc: ClusterRunError, keep_color: bool = False) -> str:
     """Which worker failed and its traceback first, then what happened to the others."""
     if not exc.failures:
         return f"mwnotebook: {exc}"
-    first, rest = exc.failures[0], exc.failures[1:]
-    lines = [f"mwnotebook: {first.headline()}"]
-    label = f"[worker {first.worker}] "
-    for chunk in first.traceback:
-        for line in _plain(chunk, keep_color).splitlines():
-            lines.append(label + line)
-    lines += [f"mwnotebook: {failure.headline()}" for failure in rest]
-    return "\n".join(lines)
+    return "\n".join(render_failures(exc.failures, terminal=True, color=keep_color))
 
 
 # --------------------------------------------------------------------------- HTML report
@@ -211,8 +212,8 @@ def _figures_html(observer: RunObserver) -> str:
     if not local and not store.metric_names():
         return ('<p class="none">No metrics were reported, so there are no curves. Report them from the '
                 "script with <code>mw.report(step=i, loss=...)</code> or the Keras callback.</p>")
-    import plotly.graph_objects as go  # noqa: PLC0415 - only when there is something to draw
-    import plotly.io as pio  # noqa: PLC0415
+    import plotly.graph_objects as go  # only when there is something to draw
+    import plotly.io as pio
 
     names = local or [n[len("global_"):] for n in store.metric_names()]
     parts = []
@@ -388,7 +389,7 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
     # The command owns its event loop (no background thread): signals are handled on it directly,
     # and a ClusterInterrupted never has to cross threads.
-    from mwnotebook.engine.async_cluster import AsyncCluster  # noqa: PLC0415 - keeps `--help` and `export` light
+    from mwnotebook.engine.async_cluster import AsyncCluster  # keeps `--help` and `export` light
 
     observer = RunObserver(spec.workers, stdout, stderr)
     print(f"mwnotebook: starting {spec.workers} workers for {script}", file=stderr, flush=True)
@@ -410,7 +411,7 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def cmd_export(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    from mwnotebook.frontend.export import export_cell  # noqa: PLC0415
+    from mwnotebook.frontend.export import export_cell
 
     script = Path(ns.script)
     code = _read_script("export", script, stderr)

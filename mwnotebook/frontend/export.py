@@ -105,7 +105,7 @@ def tf_hosts(spec: ExportSpec) -> list[str]:
     placement = worker_hosts(spec.hosts, spec.workers)
     override: dict[str, str] = {}
     if spec.tf_address:
-        from mwnotebook.launchers.ssh import parse_tf_address  # noqa: PLC0415 - asyncssh only with --hosts
+        from mwnotebook.launchers.ssh import parse_tf_address  # asyncssh only with --hosts
 
         override = parse_tf_address(spec.tf_address, placement)
     return [override.get(host.target, host.host) for host in placement]

@@ -133,7 +133,7 @@ class MWMagics(Magics):
         if not cell.strip():
             raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
         if ns.export:
-            from mwnotebook.frontend.export import export_cell  # noqa: PLC0415 - only needed with --export
+            from mwnotebook.frontend.export import export_cell  # only needed with --export
 
             print(export_cell(cell, ns.export, spec).summary())
         cluster = self.session.cluster_for(spec)
@@ -191,7 +191,7 @@ class MWMagics(Magics):
 def _make_dashboard(num_workers: int) -> Any:
     """The live chart, when the dashboard module is available."""
     try:
-        from mwnotebook.dashboard import Dashboard  # noqa: PLC0415
+        from mwnotebook.dashboard import Dashboard
     except ImportError:
         return None
     dashboard = Dashboard(num_workers)
