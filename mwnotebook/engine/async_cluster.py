@@ -18,7 +18,8 @@ from typing import Any
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.tf_config import tf_config_for
-from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code, visible_devices_per_worker
+from mwnotebook.config.worker_env import worker_envs
+from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code
 from mwnotebook.engine.cell_run import CellRun, CellVerdict
 from mwnotebook.engine.connection import Worker
 from mwnotebook.engine.diagnose import diagnose
@@ -119,9 +120,7 @@ class AsyncCluster:
             self._launcher = make_launcher(self.spec)
         try:
             self._addresses = await self._launcher.tf_addresses(self.spec.workers)
-            devices = visible_devices_per_worker(self.spec)
-            self._envs = [self.spec.worker_env(self._addresses, i, devices[i])
-                          for i in range(self.spec.workers)]
+            self._envs = worker_envs(self.spec, self._addresses)
             self._workers = await self._start_workers()
         except BaseException:
             await self._close_launcher()

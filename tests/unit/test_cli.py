@@ -74,7 +74,7 @@ def test_export_command_writes_the_job(tmp_path: Path, capsys: pytest.CaptureFix
     assert sorted(p.name for p in out.iterdir()) == [
         "README.md", "run-local.sh", "train.py", "worker-0.sh", "worker-1.sh", "worker-2.sh"]
     line = (out / "worker-2.sh").read_text().splitlines()[-1]
-    assert line.startswith("CUDA_VISIBLE_DEVICES=-1 ")
+    assert " CUDA_VISIBLE_DEVICES=-1 " in line
     assert line.endswith("exec python3 train.py")
     config = json.loads(line.split("TF_CONFIG='")[1].split("'")[0])
     assert config == {"cluster": {"worker": ["127.0.0.1:12345", "127.0.0.1:23456", "127.0.0.1:34567"]},
