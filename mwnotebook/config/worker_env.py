@@ -45,8 +45,11 @@ CPU_XLA_FLAGS = "--tf_xla_cpu_global_jit"
 
 
 class _RecipeSpec(Protocol):
-    mixed_precision: str | None
-    xla: bool
+    @property
+    def mixed_precision(self) -> str | None: ...
+
+    @property
+    def xla(self) -> bool: ...
 
 
 def policy_name(mixed_precision: str | None) -> str | None:

@@ -140,7 +140,7 @@ class CellRun:
             (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures)
         return CellVerdict(self.result, trigger, failures, spoiled)
 
-    def _collect(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> bool:
+    def _collect(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]]) -> bool:
         """Record finished outcomes; True if any of them failed."""
         failed = False
         for index, task in tasks.items():
@@ -173,9 +173,9 @@ class CellRun:
                 self._state(w.index, "failed", self.dead[w.index])
         return bool(self.dead)
 
-    async def _wait(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]],
+    async def _wait(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]],
                     deadline: float | None) -> str | None:
-        abort_wait = asyncio.ensure_future(self.abort.wait())
+        abort_wait: asyncio.Future[Any] = asyncio.ensure_future(self.abort.wait())
         try:
             while True:
                 if self._collect(tasks):
@@ -193,17 +193,18 @@ class CellRun:
                     if remaining <= 0:
                         return "timeout"
                     wait = min(wait, remaining)
-                await asyncio.wait([*pending, abort_wait], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                waiting: list[asyncio.Future[Any]] = [*pending, abort_wait]
+                await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
         finally:
             abort_wait.cancel()
 
-    async def _settle(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> None:
+    async def _settle(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]]) -> None:
         pending = [t for t in tasks.values() if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=SETTLE_SECONDS)
         self._collect(tasks)
 
-    async def _stop_the_rest(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> None:
+    async def _stop_the_rest(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]]) -> None:
         running = [w for w in self.workers if not tasks[w.index].done() and w.index not in self.dead]
         self.interrupted = {w.index for w in running}
         await asyncio.gather(*(w.handle.interrupt() for w in running), return_exceptions=True)

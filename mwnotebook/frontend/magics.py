@@ -150,7 +150,7 @@ class MWMagics(Magics):
                 cluster.start()
             self.session.announce(cluster)
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
-        except MWNotebookError as exc:
+        except (MWNotebookError, KeyboardInterrupt) as exc:  # a second Ctrl-C too: the live view must end
             relay.flush()
             if dashboard is not None:
                 dashboard.finish(None)
