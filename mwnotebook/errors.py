@@ -147,7 +147,7 @@ def render_failures(failures: list[WorkerFailure], *, restarted: bool = False, t
     lines: list[str] = []
     for number, group in enumerate(group_failures(failures)):
         first = group[0]
-        workers = [f.worker for f in group]
+        workers = sorted(f.worker for f in group)
         who = f"worker {workers[0]}" if len(workers) == 1 else "workers " + ", ".join(map(str, workers))
         headline = _headline(first, who)
         if terminal:
@@ -193,7 +193,7 @@ class ClusterRunError(MWNotebookError):
 
     def _message(self, detail: str) -> str:
         lines = [_headline(g[0], f"worker {g[0].worker}" if len(g) == 1 else
-                           "workers " + ", ".join(str(f.worker) for f in g))
+                           "workers " + ", ".join(str(w) for w in sorted(f.worker for f in g)))
                  for g in group_failures(self.failures)]
         if detail:
             lines.insert(0, detail)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -118,7 +117,3 @@ class ClusterSpec:
     @property
     def use_legacy_keras(self) -> bool:
         return tf_keras_installed() if self.legacy_keras is None else self.legacy_keras
-
-    @property
-    def interpreter(self) -> str:
-        return self.python or sys.executable

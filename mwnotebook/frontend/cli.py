@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from mwnotebook.config.options import add_cluster_arguments, spec_from_options
+from mwnotebook.config.options import add_cluster_arguments, seconds, spec_from_options
 from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError, render_failures
 from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
 
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Run SCRIPT on every worker at once and wait for all of them.",
                               epilog=RUN_EPILOG, formatter_class=fmt)
     add_cluster_arguments(run)
-    run.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    run.add_argument("--timeout", type=seconds, default=None, metavar="S",
                      help="stop all workers and fail if the script runs longer than S seconds")
     run.add_argument("--report", default=None, metavar="FILE",
                      help="HTML report to write at the end (default: SCRIPT-report.html here)")
@@ -124,12 +124,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TF port of each worker (default: free ports here; 12345 on --hosts)")
     export.add_argument("script", metavar="SCRIPT", help="the training script (Python)")
     return parser
-
-
-def _seconds(text: str) -> float:
-    from mwnotebook.config.options import seconds
-
-    return seconds(text)
 
 
 # --------------------------------------------------------------------------- live output
