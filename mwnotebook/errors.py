@@ -14,6 +14,14 @@
 
 Every failure carries the worker index first, because "which worker?" is the first question a
 distributed traceback raises. Messages never contain connection-file contents or signing keys.
+
+Which failure comes first -- the cause -- follows one stable rule, :func:`order_failures`: a root
+cause (a worker error that is not a consequence of a peer's failure, a death, a deadline) before
+an ignored interrupt, before consequences, before workers we interrupted; ties by the time the
+notebook saw the fault, then by the lowest worker index. :func:`render_failures` is the one
+rendering, for the notebook and for the terminal: every distinct traceback (identical ones once,
+naming all their workers), consequences as one line ("worker 0 stopped: its collective lost
+worker 1"). Every error pickles with all its fields.
 """
 
 from __future__ import annotations

@@ -206,25 +206,14 @@ def _figures_html(observer: RunObserver) -> str:
     if not local and not store.metric_names():
         return ('<p class="none">No metrics were reported, so there are no curves. Report them from the '
                 "script with <code>mw.report(step=i, loss=...)</code> or the Keras callback.</p>")
-    import plotly.graph_objects as go  # only when there is something to draw
-    import plotly.io as pio
+    import plotly.io as pio  # only when there is something to draw
+
+    from mwnotebook.dashboard import per_worker_figure
 
     names = local or [n[len("global_"):] for n in store.metric_names()]
-    parts = []
-    for number, metric in enumerate(names):
-        fig = go.Figure()
-        for worker in range(observer.workers):
-            x, y = store.local_series(worker, metric)
-            if len(x):
-                fig.add_trace(go.Scatter(x=x.tolist(), y=y.tolist(), mode="lines", name=f"worker {worker}"))
-        gx, gy = store.global_series(metric)
-        if len(gx):
-            fig.add_trace(go.Scatter(x=gx.tolist(), y=gy.tolist(), mode="lines", name="global",
-                                     line={"dash": "dash", "color": "black"}))
-        fig.update_layout(title=f"{metric} per worker", xaxis_title="step", yaxis_title=metric,
-                          height=380, margin={"l": 50, "r": 20, "t": 50, "b": 40})
-        parts.append(pio.to_html(fig, include_plotlyjs=(number == 0), full_html=False))
-    return "\n".join(parts)
+    return "\n".join(pio.to_html(per_worker_figure(store, metric, observer.workers), include_plotlyjs=(number == 0),
+                                 full_html=False)
+                     for number, metric in enumerate(names))
 
 
 def render_report(script: str, observer: RunObserver, verdict: str, elapsed: float,

@@ -149,7 +149,8 @@ def test_report_without_metrics_says_so_and_lists_status_and_output() -> None:
 def test_report_with_metrics_has_one_curve_per_worker_plus_global() -> None:
     page = render_report("train.py", observed_run(True), "all workers succeeded", 3.2)
     assert "No metrics were reported" not in page
-    for name in ("worker 0", "worker 1", "global"):
+    # the dashboard's figure (dashboard.per_worker_figure), drawn once for the report
+    for name in ("worker 0 (local loss)", "worker 1 (local loss)", "global loss (all workers)"):
         assert f'"name":"{name}"' in page, name
     assert page.count("Plotly.newPlot") == 1  # one figure: loss (global_loss drawn on it)
 
