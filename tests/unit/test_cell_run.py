@@ -21,9 +21,11 @@ from mwnotebook.engine.cell_run import CellRun, CellVerdict
 from mwnotebook.engine.connection import ExecutionOutcome
 from mwnotebook.errors import (
     ClusterInterrupted,
+    ClusterStartError,
     ClusterTimeoutError,
     WorkerDiedError,
     WorkerError,
+    WorkerFailure,
     render_failures,
 )
 from mwnotebook.shared.events import WorkerOutput, WorkerStateChanged
@@ -279,3 +281,18 @@ def test_run_errors_survive_pickling() -> None:
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and back.restarted is restarted
         assert back.failures == err.failures and str(back) == str(err) and back.worker == err.worker
+
+
+@pytest.mark.parametrize("cls", [WorkerError, WorkerDiedError, ClusterTimeoutError, ClusterInterrupted])
+def test_every_run_error_class_pickles(cls: type) -> None:
+    failures = [WorkerFailure(1, "error", "ValueError", "x", ["tb"], seen_at=0.5),
+                WorkerFailure(0, "consequence", "UnavailableError", peer=1)]
+    err = cls(failures, restarted=True, detail="while running")
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), back.failures, back.restarted, back.detail, str(back)) == \
+        (cls, err.failures, True, "while running", str(err))
+
+
+def test_start_errors_pickle_with_their_worker_and_host() -> None:
+    back = pickle.loads(pickle.dumps(ClusterStartError("no python", worker=1, host="gpu1")))
+    assert (str(back), back.worker, back.host) == ("no python", 1, "gpu1")
