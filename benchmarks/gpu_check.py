@@ -283,7 +283,7 @@ def main() -> int:
         layout = dict(gpus_per_worker=1, collective="nccl")
         say("layout: one GPU per worker (gpus_per_worker=1), collective NCCL")
     elif gpus == 1:
-        # mwnotebook sets memory growth itself for shared GPUs (worker_setup.worker_env); it is
+        # mwnotebook sets memory growth itself for shared GPUs (config.worker_env.recipe_env); it is
         # also given here so that this check measures the GPU even if that wiring regressed.
         layout = dict(collective="ring", env={"TF_FORCE_GPU_ALLOW_GROWTH": "true"})
         say("layout: both workers share the one GPU (memory growth on), collective ring")
