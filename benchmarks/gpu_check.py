@@ -263,7 +263,7 @@ def main() -> int:
         return 2
     try:
         tfinfo = probe_tf()
-    except Exception as exc:  # noqa: BLE001 - report anything, then fail
+    except Exception as exc:  # report anything, then fail
         say(str(exc))
         print("GPU CHECK FAILED (TensorFlow probe)", flush=True)
         return 1
@@ -283,7 +283,7 @@ def main() -> int:
         layout = dict(gpus_per_worker=1, collective="nccl")
         say("layout: one GPU per worker (gpus_per_worker=1), collective NCCL")
     elif gpus == 1:
-        # mwnotebook sets memory growth itself for shared GPUs (worker_setup.worker_env); it is
+        # mwnotebook sets memory growth itself for shared GPUs (config.worker_env.recipe_env); it is
         # also given here so that this check measures the GPU even if that wiring regressed.
         layout = dict(collective="ring", env={"TF_FORCE_GPU_ALLOW_GROWTH": "true"})
         say("layout: both workers share the one GPU (memory growth on), collective ring")
@@ -330,7 +330,7 @@ def main() -> int:
                 if s.get("compute_dtype") != policy:
                     failures.append(f"worker {i}: compute dtype {s.get('compute_dtype')}, "
                                     f"expected {policy}")
-    except Exception as exc:  # noqa: BLE001 - a failed run is a result to print
+    except Exception as exc:  # a failed run is a result to print
         failures.append(f"{type(exc).__name__}: {exc}")
 
     if "big_float32" in results and "big_mixed" in results:

@@ -138,6 +138,41 @@ def _trace_colour(worker: int) -> str:
     return palette[worker % len(palette)]
 
 
+def per_worker_figure(store: MetricsStore, metric: str, num_workers: int, *, title: str | None = None,
+                      max_points: int | None = None, widget: bool = False) -> Any:
+    """The chart of ``metric``: one coloured trace per worker (its local values) and the global
+    curve dotted in black, hidden while no worker has reported it.
+
+    The one implementation of the per-worker figure: the live dashboard starts from it
+    (``widget=True``: a FigureWidget with empty traces) and the ``mwnotebook run`` report draws it.
+    """
+    import plotly.graph_objects as go
+
+    def points(x: Any, y: Any) -> tuple[list[float], list[float]]:
+        if max_points is not None:
+            x, y = downsample(x, y, max_points)
+        return list(map(float, x)), list(map(float, y))
+
+    traces = []
+    for w in range(num_workers):
+        x, y = points(*store.local_series(w, metric))
+        traces.append(go.Scatter(x=x, y=y, mode="lines", name=f"worker {w} (local {metric})",
+                                 line={"color": _trace_colour(w), "width": 1.5}))
+    gx, gy = points(*store.global_series(metric))
+    traces.append(go.Scatter(x=gx, y=gy, mode="lines", name=f"global {metric} (all workers)",
+                             line={"color": "black", "width": 2.5, "dash": "dot"}, visible=bool(gx)))
+    layout = go.Layout(
+        title={"text": title or f"{metric} per worker"},
+        xaxis={"title": {"text": "step"}},
+        yaxis={"title": {"text": metric}},
+        height=360,
+        margin={"l": 60, "r": 20, "t": 50, "b": 45},
+        legend={"orientation": "h", "y": -0.2},
+        template="plotly_white",
+    )
+    return go.FigureWidget(data=traces, layout=layout) if widget else go.Figure(data=traces, layout=layout)
+
+
 _LAST: Dashboard | None = None
 
 
@@ -187,23 +222,7 @@ class Dashboard:
     def _make_figure(self) -> Any:
         """All traces exist from the start (built in the constructor, so no message is sent
         before the widget is shown); the global trace stays hidden until a worker reports it."""
-        import plotly.graph_objects as go
-
-        traces = [go.Scatter(x=[], y=[], mode="lines", name=f"worker {w} (local {self.metric})",
-                             line={"color": _trace_colour(w), "width": 1.5})
-                  for w in range(self.num_workers)]
-        traces.append(go.Scatter(x=[], y=[], mode="lines", name=f"global {self.metric} (all workers)",
-                                 line={"color": "black", "width": 2.5, "dash": "dot"}, visible=False))
-        layout = go.Layout(
-            title={"text": self._title},
-            xaxis={"title": {"text": "step"}},
-            yaxis={"title": {"text": self.metric}},
-            height=360,
-            margin={"l": 60, "r": 20, "t": 50, "b": 45},
-            legend={"orientation": "h", "y": -0.2},
-            template="plotly_white",
-        )
-        return go.FigureWidget(data=traces, layout=layout)
+        return per_worker_figure(MetricsStore(), self.metric, self.num_workers, title=self._title, widget=True)
 
     def _make_status_widget(self) -> Any:
         import ipywidgets
@@ -298,7 +317,7 @@ class Dashboard:
             value = self.status_html()
             if self.status_widget.value != value:
                 self.status_widget.value = value
-        except Exception:  # noqa: BLE001 - a broken display must never break the training run
+        except Exception:  # a broken display must never break the training run
             log.exception("mwnotebook dashboard update failed")
         # Measured from the END of this update: however long an update takes (a starved kernel),
         # two updates leave at least one interval apart.

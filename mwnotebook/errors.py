@@ -14,11 +14,21 @@
 
 Every failure carries the worker index first, because "which worker?" is the first question a
 distributed traceback raises. Messages never contain connection-file contents or signing keys.
+
+Which failure comes first -- the cause -- follows one stable rule, :func:`order_failures`: a root
+cause (a worker error that is not a consequence of a peer's failure, a death, a deadline) before
+an ignored interrupt, before consequences, before workers we interrupted; ties by the time the
+notebook saw the fault, then by the lowest worker index. :func:`render_failures` is the one
+rendering, for the notebook and for the terminal: every distinct traceback (identical ones once,
+naming all their workers), consequences as one line ("worker 0 stopped: its collective lost
+worker 1"). Every error pickles with all its fields.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class MWNotebookError(Exception):
@@ -37,45 +47,142 @@ class ClusterStartError(MWNotebookError):
         self.worker = worker
         self.host = host
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.worker, self.host))
+
 
 class ClusterStateError(MWNotebookError):
     """The operation needs a running cluster (or a stopped one) and found the other."""
 
 
+#: How likely each kind of fault is the cause of a failed cell, most likely first. See
+#: :func:`order_failures`.
+CAUSE_RANK: dict[str, int] = {"died": 0, "error": 1, "timeout": 1, "unresponsive": 2, "consequence": 3,
+                              "interrupted": 4}
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_RED, _RESET = "\x1b[0;31m", "\x1b[0m"
+
+
 @dataclass
 class WorkerFailure:
-    """What went wrong on one worker during a cell."""
+    """What went wrong on one worker during a cell.
+
+    ``kind`` is one of ``error`` (the cell raised), ``died`` (the process ended), ``timeout`` (still
+    running at the deadline), ``unresponsive`` (ignored its interrupt: frozen or stuck in native
+    code), ``consequence`` (stopped because of ``peer``'s fault, e.g. a collective that lost its
+    peer) and ``interrupted`` (stopped by mwnotebook or the user).
+    """
 
     worker: int
-    kind: str  # "error" | "died" | "timeout" | "unresponsive" | "interrupted"
+    kind: str
     ename: str = ""
     evalue: str = ""
     traceback: list[str] = field(default_factory=list)
     exit_description: str = ""
     hint: str = ""
+    #: For ``consequence``: the worker whose fault this one follows from.
+    peer: int | None = None
+    #: Seconds after the cell started when the notebook saw this fault (orders ties).
+    seen_at: float = 0.0
 
     def headline(self) -> str:
-        if self.kind == "error":
-            text = f"worker {self.worker} raised {self.ename}: {self.evalue}"
-        elif self.kind == "died":
-            text = f"worker {self.worker} died ({self.exit_description or 'exited'})"
-        elif self.kind == "timeout":
-            text = f"worker {self.worker} was still running at the deadline"
-        elif self.kind == "unresponsive":
-            detail = f" ({self.exit_description})" if self.exit_description else ""
-            text = (f"worker {self.worker} did not respond to an interrupt{detail}: it is frozen or "
-                    "blocked in native code")
+        """One line: which worker, what happened (and the hint, if there is one)."""
+        return _headline(self, f"worker {self.worker}")
+
+    def same_error(self, other: WorkerFailure) -> bool:
+        """Whether two workers raised the same thing (shown once, with both workers named)."""
+        return (self.kind, self.ename, self.evalue, self.traceback) == \
+            (other.kind, other.ename, other.evalue, other.traceback)
+
+
+def _headline(f: WorkerFailure, who: str) -> str:
+    if f.kind == "error":
+        text = f"{who} raised {f.ename}: {f.evalue}"
+    elif f.kind == "died":
+        text = f"{who} died ({f.exit_description or 'exited'})"
+    elif f.kind == "timeout":
+        text = f"{who} was still running at the deadline"
+    elif f.kind == "unresponsive":
+        detail = f" ({f.exit_description})" if f.exit_description else ""
+        text = f"{who} did not respond to an interrupt{detail}: it is frozen or blocked in native code"
+    elif f.kind == "consequence":
+        peer = f"worker {f.peer}" if f.peer is not None else "a peer"
+        if f.ename:
+            text = f"{who} stopped: its collective lost {peer} ({f.ename})"
         else:
-            text = f"worker {self.worker} was interrupted"
-        return f"{text}. {self.hint}" if self.hint else text
+            text = f"{who} stopped: it was waiting in a collective for {peer} and ignored the interrupt"
+    else:
+        text = f"{who} was interrupted"
+    return f"{text}. {f.hint}" if f.hint else text
+
+
+def order_failures(failures: list[WorkerFailure]) -> list[WorkerFailure]:
+    """The failures with the most likely cause first. The rule, stable for the same faults:
+
+    1. by kind (:data:`CAUSE_RANK`): a dead process, then a real error or a deadline, then a worker
+       that ignored its interrupt, then consequences of a peer's fault, then workers that were
+       interrupted -- a root cause is a fault that is not a consequence of another worker's;
+    2. among equals, the fault the notebook saw first (``seen_at``);
+    3. then the lowest worker index.
+    """
+    return sorted(failures, key=lambda f: (CAUSE_RANK.get(f.kind, len(CAUSE_RANK)), f.seen_at, f.worker))
+
+
+def group_failures(failures: list[WorkerFailure]) -> list[list[WorkerFailure]]:
+    """Identical errors of several workers grouped (in order of first appearance)."""
+    groups: list[list[WorkerFailure]] = []
+    for failure in failures:
+        for group in groups:
+            if group[0].kind == "error" and group[0].same_error(failure):
+                group.append(failure)
+                break
+        else:
+            groups.append([failure])
+    return groups
+
+
+def render_failures(failures: list[WorkerFailure], *, restarted: bool = False, terminal: bool = False,
+                    color: bool = True) -> list[str]:
+    """The one rendering of a failed cell, for the notebook and for the terminal.
+
+    The cause first (``failures`` is ordered by :func:`order_failures`), then every other worker:
+    each distinct error with its traceback, identical errors once with all their workers named,
+    everything else (deaths, consequences, interrupts) as one line each. ``terminal`` labels
+    every line for the ``mwnotebook`` command (``mwnotebook:`` headlines, ``[worker i]``
+    traceback lines) and leaves out the restart note (the command stops its workers anyway).
+    """
+    lines: list[str] = []
+    for number, group in enumerate(group_failures(failures)):
+        first = group[0]
+        workers = sorted(f.worker for f in group)
+        who = f"worker {workers[0]}" if len(workers) == 1 else "workers " + ", ".join(map(str, workers))
+        headline = _headline(first, who)
+        if terminal:
+            lines.append(f"mwnotebook: {headline}")
+        else:
+            label = f"[{who}]"
+            lines.append(f"{_RED}{label} {headline}{_RESET}" if color else f"{label} {headline}")
+        if first.traceback and (first.kind == "error" or number == 0):
+            label = f"[{who}] " if terminal else ""
+            for chunk in first.traceback:
+                text = chunk if color else _ANSI.sub("", chunk)
+                if terminal:
+                    lines.extend(label + line for line in text.splitlines())
+                else:
+                    lines.append(text)
+    if restarted and not terminal:
+        lines.append("The worker kernels are being restarted: the next cell starts from fresh workers.")
+    return lines
 
 
 class ClusterRunError(MWNotebookError):
-    """A cell failed on the cluster. ``failures[0]`` is the first fault seen (the likely cause)."""
+    """A cell failed on the cluster. ``failures[0]`` is the likely cause (see :func:`order_failures`)."""
 
     def __init__(self, failures: list[WorkerFailure], restarted: bool, detail: str = "") -> None:
         self.failures = list(failures)
         self.restarted = restarted
+        self.detail = detail
         first = self.failures[0] if self.failures else None
         self.worker = first.worker if first else None
         self.ename = first.ename if first else ""
@@ -83,21 +190,19 @@ class ClusterRunError(MWNotebookError):
         self.traceback = first.traceback if first else []
         super().__init__(self._message(detail))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.failures, self.restarted, self.detail))
+
     def _render_traceback_(self) -> list[str]:
         """How IPython shows this error: the failing worker's own traceback first, then the rest."""
-        red, reset = "\x1b[0;31m", "\x1b[0m"
-        lines: list[str] = []
-        for i, failure in enumerate(self.failures):
-            lines.append(f"{red}[worker {failure.worker}] {failure.headline()}{reset}")
-            if i == 0 and failure.traceback:
-                lines.extend(failure.traceback)
-        if self.restarted:
-            lines.append("The worker kernels are being restarted: the next cell starts from fresh workers.")
-        lines.append(f"{red}{type(self).__name__}{reset}: {self.failures[0].headline() if self.failures else ''}")
+        lines = render_failures(self.failures, restarted=self.restarted)
+        lines.append(f"{_RED}{type(self).__name__}{_RESET}: {self.failures[0].headline() if self.failures else ''}")
         return lines
 
     def _message(self, detail: str) -> str:
-        lines = [f.headline() for f in self.failures]
+        lines = [_headline(g[0], f"worker {g[0].worker}" if len(g) == 1 else
+                           "workers " + ", ".join(str(w) for w in sorted(f.worker for f in g)))
+                 for g in group_failures(self.failures)]
         if detail:
             lines.insert(0, detail)
         if self.restarted:

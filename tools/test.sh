@@ -21,5 +21,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 python3 -m pip install -q -e '.[tensorflow-cpu,test]'
+# Static checks first (a few seconds): lint, then types (configured in pyproject.toml).
+python3 -m ruff check mwnotebook tests benchmarks tools
+python3 -m mypy
 mkdir -p artifacts
 python3 -m pytest -ra --durations=20 "$@"

@@ -18,9 +18,12 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mwnotebook.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mwnotebook.config.spec import ClusterSpec
 
 NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
 #: ``CUDA_VISIBLE_DEVICES`` value that hides every GPU (what ``--cpu`` sets).
@@ -97,34 +100,6 @@ def partition_gpus(workers: int, gpus_per_worker: int, visible: Sequence[str]) -
             for i in range(workers)]
 
 
-def gpu_env_per_worker(workers: int, *, cpu: bool = False, gpus_per_worker: int | None = None,
-                       environ: Mapping[str, str] | None = None,
-                       gpu_count: int | None = None) -> list[dict[str, str]]:
-    """Environment additions for each local worker's GPUs.
-
-    - ``cpu``: ``CUDA_VISIBLE_DEVICES=-1`` everywhere. ``cpu`` with ``gpus_per_worker`` is a
-      usage error (:class:`ConfigError`).
-    - ``gpus_per_worker=K``: disjoint sets from :func:`partition_gpus`; too few GPUs is a
-      :class:`ConfigError`, raised before anything starts.
-    - neither: workers inherit the notebook's GPUs. When more than one worker would share GPUs,
-      ``TF_FORCE_GPU_ALLOW_GROWTH=true`` is added: otherwise the first worker's TensorFlow
-      reserves nearly all GPU memory and the next one fails with out-of-memory.
-    """
-    if workers < 1:
-        raise ConfigError(f"workers must be >= 1 (got {workers})")
-    if cpu and gpus_per_worker is not None:
-        raise ConfigError("--cpu and --gpus-per-worker exclude each other: --cpu hides all GPUs "
-                          "from the workers. Drop one of them.")
-    if cpu:
-        return [{"CUDA_VISIBLE_DEVICES": NO_GPU} for _ in range(workers)]
-    if gpus_per_worker is not None:
-        sets = partition_gpus(workers, gpus_per_worker, visible_gpus(environ, gpu_count))
-        return [{"CUDA_VISIBLE_DEVICES": s} for s in sets]
-    if workers > 1 and visible_gpus(environ, gpu_count):
-        return [{"TF_FORCE_GPU_ALLOW_GROWTH": "true"} for _ in range(workers)]
-    return [{} for _ in range(workers)]
-
-
 def partition_gpus_by_host(worker_hosts: Sequence[str], gpus_per_worker: int) -> list[str]:
     """``CUDA_VISIBLE_DEVICES`` for workers on remote hosts (one host name per worker).
 
@@ -143,28 +118,22 @@ def partition_gpus_by_host(worker_hosts: Sequence[str], gpus_per_worker: int) ->
     return out
 
 
-def visible_devices_per_worker(spec: Any, *, environ: Mapping[str, str] | None = None,
+def visible_devices_per_worker(spec: ClusterSpec, *, environ: Mapping[str, str] | None = None,
                                gpu_count: int | None = None) -> list[str | None]:
     """Each worker's ``CUDA_VISIBLE_DEVICES`` for a :class:`mwnotebook.ClusterSpec`.
 
-    ``None`` means "leave the launcher's environment as it is". Local workers are partitioned
-    from the GPUs this process sees (:func:`gpu_env_per_worker`); workers on ``spec.hosts`` with
-    :func:`partition_gpus_by_host`. Raises :class:`ConfigError` before anything starts.
+    ``None`` means "leave the launcher's environment as it is". ``--cpu`` hides every GPU; with
+    ``--gpus-per-worker``, local workers get disjoint slices of the GPUs this process sees
+    (:func:`partition_gpus`), workers on ``spec.hosts`` slices of their own host's GPUs
+    (:func:`partition_gpus_by_host`). Raises :class:`ConfigError` before anything starts.
+    (``--cpu`` together with ``--gpus-per-worker`` never gets here: the spec refuses it.)
     """
-    workers = spec.workers
-    if spec.cpu and spec.gpus_per_worker is not None:
-        gpu_env_per_worker(workers, cpu=True, gpus_per_worker=spec.gpus_per_worker)  # raises
     if spec.cpu:
-        return [NO_GPU] * workers
+        return [NO_GPU] * spec.workers
     if spec.gpus_per_worker is None:
-        return [None] * workers
-    if getattr(spec, "uses_slurm", False):
-        return [None] * workers  # Slurm binds each worker's GPUs itself (srun --gpus-per-task)
-    if spec.hosts:
-        from mwnotebook.config.hosts import worker_hosts
-
-        placement = worker_hosts(spec.hosts, workers)
-        return list(partition_gpus_by_host([str(h.key) for h in placement], spec.gpus_per_worker))
-    envs = gpu_env_per_worker(workers, gpus_per_worker=spec.gpus_per_worker, environ=environ,
-                              gpu_count=gpu_count)
-    return [e["CUDA_VISIBLE_DEVICES"] for e in envs]
+        return [None] * spec.workers
+    if spec.uses_slurm:
+        return [None] * spec.workers  # Slurm binds each worker's GPUs itself (srun --gpus-per-task)
+    if spec.placement:
+        return list(partition_gpus_by_host([str(h.key) for h in spec.placement], spec.gpus_per_worker))
+    return list(partition_gpus(spec.workers, spec.gpus_per_worker, visible_gpus(environ, gpu_count)))

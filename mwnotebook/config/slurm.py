@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mwnotebook.config.slurm_tf_config import node_addresses as parse_node_addresses  # noqa: F401 - one NodeAddr parser, shared with the exported launcher
+# one NodeAddr parser, shared with the exported launcher (re-exported here beside the other parsers)
+from mwnotebook.config.slurm_tf_config import node_addresses as parse_node_addresses  # noqa: F401
 from mwnotebook.errors import ConfigError
 
 #: salloc options mwnotebook sets itself from the cluster options.

@@ -1,16 +1,14 @@
-"""What a cluster is: :class:`ClusterSpec`, validated before anything starts, and the per-worker
-environment it implies. Pure: no processes, no TensorFlow."""
+"""What a cluster is: :class:`ClusterSpec`, validated before anything starts. Pure: no processes, no
+TensorFlow. The environment each worker gets follows from it in :mod:`mwnotebook.config.worker_env`."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mwnotebook.config.tf_config import tf_config_json
-from mwnotebook.config.worker_env import worker_env as recipe_env
+from mwnotebook.config.hosts import HostSpec, worker_hosts
 from mwnotebook.errors import ConfigError
 
 #: More local workers than this is almost certainly a typo (each one is a full TensorFlow process).
@@ -61,14 +59,17 @@ class ClusterSpec:
     #: ``--slurm``: salloc arguments ("" = none, or the allocation we are in); ``--slurm-job``: a job id.
     slurm: str | None = None
     slurm_job: str | None = None
+    #: The host of each worker (empty without ``hosts``): ``--hosts`` is parsed here, once, and
+    #: everything else (launcher, GPU split, export) reads this.
+    placement: tuple[HostSpec, ...] = field(init=False, compare=False, repr=False, default=())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "hosts", tuple(self.hosts))
         if self.hosts:
-            from mwnotebook.config.hosts import worker_hosts  # validates the host syntax and the worker count
-
+            # validates the host syntax and the worker count
             placement = worker_hosts(list(self.hosts), self.workers, self.workers_per_host)
+            object.__setattr__(self, "placement", tuple(placement))
             if self.workers is None:
                 object.__setattr__(self, "workers", len(placement))
         elif self.workers_per_host is not None and not self.uses_slurm:
@@ -127,28 +128,3 @@ class ClusterSpec:
     @property
     def use_legacy_keras(self) -> bool:
         return tf_keras_installed() if self.legacy_keras is None else self.legacy_keras
-
-    @property
-    def interpreter(self) -> str:
-        return self.python or sys.executable
-
-    def worker_env(self, addresses: list[str], index: int,
-                   visible_devices: str | None = None) -> dict[str, str]:
-        """The variables worker ``index`` gets on top of the launcher's base environment.
-
-        ``visible_devices`` is this worker's CUDA_VISIBLE_DEVICES when GPUs are partitioned.
-        """
-        env: dict[str, str] = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-        if self.cpu:
-            env["CUDA_VISIBLE_DEVICES"] = "-1"
-        elif visible_devices is not None:
-            env["CUDA_VISIBLE_DEVICES"] = visible_devices
-        if self.use_legacy_keras:
-            env["TF_USE_LEGACY_KERAS"] = "1"
-        env["MWNOTEBOOK_COLLECTIVE"] = self.collective
-        env.update(recipe_env(self))  # the recipes' variables (XLA flags, GPU memory growth)
-        env.update(self.env)
-        env["TF_CONFIG"] = tf_config_json(addresses, index)
-        env["MWNOTEBOOK_WORKER_INDEX"] = str(index)
-        env["MWNOTEBOOK_NUM_WORKERS"] = str(len(addresses))
-        return env

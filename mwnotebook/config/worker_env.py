@@ -1,6 +1,8 @@
-"""Code the cluster runs in each worker right after it starts: the seed's recipes 3 and 4.
+"""What each worker gets from the cluster: its environment (:func:`worker_envs`, the one rule for
+the cluster and for export) and the code it runs right after it starts (:func:`setup_code`: the
+seed's recipes 3 and 4).
 
-Pure: this module only builds source text; it never imports TensorFlow. The cluster executes
+Pure: this module only builds variables and source text; it never imports TensorFlow. The cluster executes
 :func:`setup_code` once in every worker kernel after start (and after every restart), before the
 first user cell, so ``--mixed-precision`` and ``--xla`` hold for everything the cell builds.
 
@@ -20,10 +22,15 @@ The snippet defines and deletes one function so that the user's namespace stays 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
+from mwnotebook.config.devices import visible_devices_per_worker
+from mwnotebook.config.tf_config import tf_config_json
 from mwnotebook.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mwnotebook.config.spec import ClusterSpec
 
 #: ``--mixed-precision`` values and the Keras policy each one sets.
 POLICIES: dict[str, str] = {
@@ -38,8 +45,11 @@ CPU_XLA_FLAGS = "--tf_xla_cpu_global_jit"
 
 
 class _RecipeSpec(Protocol):
-    mixed_precision: str | None
-    xla: bool
+    @property
+    def mixed_precision(self) -> str | None: ...
+
+    @property
+    def xla(self) -> bool: ...
 
 
 def policy_name(mixed_precision: str | None) -> str | None:
@@ -77,30 +87,59 @@ def setup_code(spec: _RecipeSpec | None = None, *, mixed_precision: str | None =
     return "\n".join(lines)
 
 
-def worker_env(spec: Any = None, *, xla: bool | None = None, cpu: bool | None = None,
-               environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment variables a worker needs at process start for the recipes and its devices.
+def worker_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping[str, str] | None = None,
+                gpu_count: int | None = None) -> list[dict[str, str]]:
+    """The variables each worker gets on top of its launcher's base environment.
 
-    Apply *after* ``spec.env`` (a user's own ``--env`` value is kept or extended, never lost):
+    The one rule: the cluster hands these to its launcher (engine/async_cluster.py) and export
+    writes them into the launch scripts (frontend/export.py), so a job runs with what the notebook's
+    workers had. ``addresses`` are the workers' TF server addresses (TF_CONFIG's cluster list);
+    ``environ`` is the notebook's environment (default ``os.environ``: its
+    ``CUDA_VISIBLE_DEVICES`` is what local workers share out) and ``gpu_count`` the machine's
+    GPUs (default: asked from the driver), both only read for ``--gpus-per-worker``.
+    Raises :class:`ConfigError` (too few GPUs) before anything starts.
+    """
+    if len(addresses) != spec.workers:
+        raise ConfigError(f"{len(addresses)} addresses for {spec.workers} workers: give one per worker")
+    devices = visible_devices_per_worker(spec, environ=environ, gpu_count=gpu_count)
+    recipes = recipe_env(spec)
+    envs = []
+    for index, visible in enumerate(devices):
+        env: dict[str, str] = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        if spec.use_legacy_keras:
+            env["TF_USE_LEGACY_KERAS"] = "1"
+        if spec.collective != "auto":  # mw.strategy()'s default
+            env["MWNOTEBOOK_COLLECTIVE"] = spec.collective
+        env.update(spec.env)
+        env.update(recipes)  # after the user's own: they extend a --env TF_XLA_FLAGS, never replace it
+        env["TF_CONFIG"] = tf_config_json(list(addresses), index)
+        env["MWNOTEBOOK_WORKER_INDEX"] = str(index)
+        env["MWNOTEBOOK_NUM_WORKERS"] = str(len(addresses))
+        envs.append(env)
+    return envs
 
-    - ``--xla --cpu``: ``TF_XLA_FLAGS`` gains :data:`CPU_XLA_FLAGS` (appended to a value from
-      ``environ`` or ``spec.env``), so that auto-clustering also compiles on CPU. Measured:
-      without it, ``set_jit(True)`` on a CPU worker compiles nothing.
+
+def recipe_env(spec: ClusterSpec) -> dict[str, str]:
+    """Variables a worker needs at process start for the recipes and its devices.
+
+    Applied *after* ``spec.env`` (a user's own ``--env`` value is kept or extended, never lost):
+
+    - ``--xla --cpu``: ``TF_XLA_FLAGS`` gains :data:`CPU_XLA_FLAGS` (appended to a ``--env``
+      value), so that auto-clustering also compiles on CPU. Measured: without it, ``set_jit(True)``
+      on a CPU worker compiles nothing.
     - several workers sharing the GPUs (no ``--cpu``, no ``--gpus-per-worker``):
       ``TF_FORCE_GPU_ALLOW_GROWTH=true``; otherwise the first worker's TensorFlow reserves nearly
       all GPU memory and the others fail with out-of-memory.
     """
-    use_xla = bool(xla if xla is not None else getattr(spec, "xla", False))
-    on_cpu = bool(cpu if cpu is not None else getattr(spec, "cpu", False))
-    user_env: Mapping[str, str] = getattr(spec, "env", None) or {}
     out: dict[str, str] = {}
-    if use_xla and on_cpu:
-        current = (user_env.get("TF_XLA_FLAGS") or (environ or {}).get("TF_XLA_FLAGS", "")).strip()
+    if spec.xla and spec.cpu:
+        current = spec.env.get("TF_XLA_FLAGS", "").strip()
         if CPU_XLA_FLAGS not in current.split():
             current = f"{current} {CPU_XLA_FLAGS}".strip()
         out["TF_XLA_FLAGS"] = current
-    shared = (spec is not None and not on_cpu and getattr(spec, "gpus_per_worker", None) is None
-              and getattr(spec, "workers", 1) > 1)
-    if shared and "TF_FORCE_GPU_ALLOW_GROWTH" not in user_env:
+    shared = not spec.cpu and spec.gpus_per_worker is None and spec.workers > 1
+    if shared and "TF_FORCE_GPU_ALLOW_GROWTH" not in spec.env:
         out["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
     return out

@@ -18,8 +18,9 @@ from typing import Any
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.tf_config import tf_config_for
-from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code, visible_devices_per_worker
-from mwnotebook.engine.cell_run import CellRun
+from mwnotebook.config.worker_env import worker_envs
+from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code
+from mwnotebook.engine.cell_run import CellRun, CellVerdict
 from mwnotebook.engine.connection import Worker
 from mwnotebook.engine.diagnose import diagnose
 from mwnotebook.engine.result import RunResult
@@ -119,9 +120,7 @@ class AsyncCluster:
             self._launcher = make_launcher(self.spec)
         try:
             self._addresses = await self._launcher.tf_addresses(self.spec.workers)
-            devices = visible_devices_per_worker(self.spec)
-            self._envs = [self.spec.worker_env(self._addresses, i, devices[i])
-                          for i in range(self.spec.workers)]
+            self._envs = worker_envs(self.spec, self._addresses)
             self._workers = await self._start_workers()
         except BaseException:
             await self._close_launcher()
@@ -296,11 +295,17 @@ class AsyncCluster:
         self._running = True
         self._emit = on_event or _ignore
         self._abort = asyncio.Event()
-        cell = CellRun(self, code, timeout, restart_on_failure)
+        verdict: CellVerdict | None = None
         try:
-            return await cell.run()
+            verdict = await CellRun(self._workers, code, timeout, self._abort, self._observe).run()
+            if verdict.ok:
+                return verdict.result
+            restart = restart_on_failure and verdict.workers_spoiled
+            if restart:
+                await self.restart_in_background()
+            raise verdict.error(restarted=restart)
         finally:
-            if self._workers and cell.needs_release():
+            if self._workers and (verdict is None or verdict.needs_release()):
                 self._release_task = asyncio.ensure_future(self._release(list(self._workers)))
             self._running = False
             self._abort = None
@@ -314,16 +319,18 @@ class AsyncCluster:
         async def release(worker: Worker) -> None:
             try:
                 await asyncio.wait_for(worker.execute(RELEASE_CODE, lambda _m: None, silent=True), 30)
-            except Exception:  # noqa: BLE001 - a worker that cannot release is dealt with by the next cell
+            except Exception:  # a worker that cannot release is dealt with by the next cell
                 log.debug("worker %d did not release", worker.index, exc_info=True)
         await asyncio.gather(*(release(w) for w in workers))
 
     def _set_state(self, index: int, state: str, error: str = "") -> None:
-        self._states[index] = state
-        self._safe_emit(WorkerStateChanged(worker=index, state=state, error=error))
+        self._observe(WorkerStateChanged(worker=index, state=state, error=error))
 
-    def _safe_emit(self, event: Event) -> None:
+    def _observe(self, event: Event) -> None:
+        """Every event of the cluster passes here: worker states are kept, then the observer is told."""
+        if isinstance(event, WorkerStateChanged):
+            self._states[event.worker] = event.state
         try:
             self._emit(event)
-        except Exception:  # noqa: BLE001 - a broken observer must not break the run
+        except Exception:  # a broken observer must not break the run
             log.exception("event observer failed on %r", event)

@@ -1,9 +1,9 @@
-"""What the cluster does to each fresh worker before the user's first cell: the devices it sees
-and the set-up code it runs (TensorFlow preload, mixed precision, XLA)."""
+"""Code the cluster runs in its workers besides the user's cells: the set-up after each start
+(TensorFlow preload, mixed precision, XLA), and the hold/release of replaced objects between cells.
+(The environment each worker starts with is decided in :mod:`mwnotebook.config.worker_env`.)"""
 
 from __future__ import annotations
 
-from mwnotebook.config.devices import visible_devices_per_worker as _partition_devices
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.worker_env import setup_code as _recipe_code
 
@@ -34,11 +34,3 @@ def setup_code(spec: ClusterSpec) -> str:
         parts.append(PRELOAD_CODE)
     parts.append(_recipe_code(spec))
     return "".join(parts)
-
-
-def visible_devices_per_worker(spec: ClusterSpec) -> list[str | None]:
-    """Each worker's CUDA_VISIBLE_DEVICES (None: leave the notebook's own setting).
-
-    Raises ConfigError, before any worker starts, when more GPUs are asked for than exist.
-    """
-    return _partition_devices(spec)

@@ -1,14 +1,21 @@
 """One cell on every worker of a cluster: the lockstep wait, stopping the rest after a fault, and
-the verdict (which worker failed first, and whether the group must be restarted)."""
+the verdict (which worker failed first, and whether the workers can be kept).
+
+A :class:`CellRun` gets only what it needs -- the workers, the abort signal and an event sink --
+and returns a :class:`CellVerdict`. It never restarts or raises for a failed cell: the cluster
+decides that from the verdict.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
-from mwnotebook.engine.connection import ExecutionOutcome, Worker
+from mwnotebook.engine.connection import ExecutionOutcome, MessageCallback
 from mwnotebook.engine.diagnose import diagnose, is_consequential
 from mwnotebook.engine.relay import events_from_iopub
 from mwnotebook.engine.result import RunResult
@@ -19,10 +26,10 @@ from mwnotebook.errors import (
     WorkerDiedError,
     WorkerError,
     WorkerFailure,
+    order_failures,
 )
-
-if TYPE_CHECKING:
-    from mwnotebook.engine.async_cluster import AsyncCluster
+from mwnotebook.launchers.base import KernelHandle
+from mwnotebook.shared.events import EventSink, WorkerStateChanged
 
 #: How often worker processes are checked for death while a cell runs.
 LIVENESS_POLL_SECONDS = 0.2
@@ -32,63 +39,108 @@ INTERRUPT_GRACE_SECONDS = 2.0
 #: everywhere arrives a few milliseconds apart) before they are interrupted.
 SETTLE_SECONDS = 0.5
 
-#: Which fault is most likely the cause, first: a dead process, a real error (or the worker still
-#: running at the deadline), a worker that ignored its interrupt (frozen, or blocked in native
-#: code), errors that are consequences of a peer's fault, and workers we interrupted ourselves.
-_PRIORITY = {"died": 0, "timeout": 1, "error": 1, "unresponsive": 1.5, "consequence": 2, "interrupted": 3}
+
+class RunWorker(Protocol):
+    """What a cell run needs of a worker (:class:`~mwnotebook.engine.connection.Worker`, or a fake)."""
+
+    handle: KernelHandle
+
+    @property
+    def index(self) -> int: ...
+
+    async def execute(self, code: str, on_output: MessageCallback, silent: bool = False,
+                      user_expressions: dict[str, str] | None = None) -> ExecutionOutcome: ...
 
 
-class CellRun:
-    """One cell on every worker: the wait, the abort, and the verdict."""
+@dataclass
+class CellVerdict:
+    """How a cell ended on the cluster.
 
-    def __init__(self, cluster: AsyncCluster, code: str, timeout: float | None, restart_allowed: bool) -> None:
-        self.restart_allowed = restart_allowed
-        self.cluster = cluster
-        self.code = code
-        self.timeout = timeout
-        self.workers = list(cluster._workers)
-        self.result = RunResult(len(self.workers))
-        self.finish_order: list[int] = []
-        self.dead: dict[int, str] = {}
-        self.interrupted: set[int] = set()
-        self.unresponsive: set[int] = set()
+    ``trigger`` is ``None`` when every worker finished without error; otherwise what ended the
+    wait: ``failure`` (a worker raised), ``died``, ``timeout`` or ``interrupted``.
+    """
+
+    result: RunResult
+    trigger: str | None = None
+    failures: list[WorkerFailure] = field(default_factory=list)
+    #: Some worker died, had to be interrupted, or is in a state TensorFlow cannot recover from:
+    #: the workers cannot be kept as they are.
+    workers_spoiled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.trigger is None
 
     def needs_release(self) -> bool:
         """Whether any worker holds replaced objects to free between cells (unknown counts as yes)."""
         return any(o is None or o.status != "ok" or o.expression("settle") == "True"
                    for o in self.result.outcomes)
 
-    def _on_output(self, index: int):
+    def error(self, restarted: bool) -> ClusterRunError:
+        """The exception for a failed cell (``restarted``: the cluster is replacing the workers)."""
+        if self.trigger == "interrupted":
+            cls: type[ClusterRunError] = ClusterInterrupted
+        elif self.trigger == "timeout":
+            cls = ClusterTimeoutError
+        elif any(f.kind == "died" for f in self.failures):
+            cls = WorkerDiedError
+        else:
+            cls = WorkerError
+        return cls(self.failures, restarted=restarted)
+
+
+class CellRun:
+    """One cell on every worker: the wait, the abort, and the verdict."""
+
+    def __init__(self, workers: Sequence[RunWorker], code: str, timeout: float | None,
+                 abort: asyncio.Event, emit: EventSink) -> None:
+        self.workers = list(workers)
+        self.code = code
+        self.timeout = timeout
+        self.abort = abort
+        self.emit = emit
+        self.result = RunResult(len(self.workers))
+        self.started = 0.0
+        self.seen_at: dict[int, float] = {}
+        self.dead: dict[int, str] = {}
+        self.interrupted: set[int] = set()
+        self.unresponsive: set[int] = set()
+
+    def _state(self, index: int, state: str, error: str = "") -> None:
+        self.emit(WorkerStateChanged(worker=index, state=state, error=error))
+
+    def _on_output(self, index: int) -> MessageCallback:
         def handle(msg: dict[str, Any]) -> None:
             for event in events_from_iopub(index, msg):
                 self.result.add(event)
-                self.cluster._safe_emit(event)
+                self.emit(event)
         return handle
 
-    async def run(self) -> RunResult:
-        started = time.monotonic()
+    def _seen(self, index: int) -> None:
+        self.seen_at.setdefault(index, time.monotonic() - self.started)
+
+    async def run(self) -> CellVerdict:
+        self.started = time.monotonic()
         for w in self.workers:
-            self.cluster._set_state(w.index, "running")
+            self._state(w.index, "running")
         tasks = {w.index: asyncio.ensure_future(w.execute(self.code, self._on_output(w.index),
                                                           user_expressions={"settle": SETTLE_EXPRESSION}))
                  for w in self.workers}
-        deadline = None if self.timeout is None else started + self.timeout
+        deadline = None if self.timeout is None else self.started + self.timeout
         trigger = await self._wait(tasks, deadline)
-        self.result.elapsed = time.monotonic() - started
+        self.result.elapsed = time.monotonic() - self.started
         if trigger is None:
-            return self.result
+            return CellVerdict(self.result)
         if trigger in ("failure", "died"):
             await self._settle(tasks)
         await self._stop_the_rest(tasks)
-        self.result.elapsed = time.monotonic() - started
+        self.result.elapsed = time.monotonic() - self.started
         failures = self._failures(trigger)
-        restart = self.restart_allowed and (bool(self.interrupted or self.dead) or any(
-            (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures))
-        if restart:
-            await self.cluster.restart_in_background()
-        raise _error_class(trigger, self.dead)(failures, restarted=restart)
+        spoiled = bool(self.interrupted or self.dead) or any(
+            (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures)
+        return CellVerdict(self.result, trigger, failures, spoiled)
 
-    def _collect(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> bool:
+    def _collect(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]]) -> bool:
         """Record finished outcomes; True if any of them failed."""
         failed = False
         for index, task in tasks.items():
@@ -98,31 +150,32 @@ class CellRun:
                 outcome = task.result()
             except asyncio.CancelledError:
                 continue
-            except Exception as exc:  # noqa: BLE001 - a lost channel counts as a dead worker
-                self.dead.setdefault(index, f"connection lost: {type(exc).__name__}")
+            except Exception as exc:  # a lost channel counts as a dead worker
+                if index not in self.dead:
+                    self.dead[index] = f"connection lost: {type(exc).__name__}"
+                    self._seen(index)
                 failed = True
                 continue
             self.result.outcomes[index] = outcome
-            self.finish_order.append(index)
             if outcome.status == "ok":
-                self.cluster._set_state(index, "done")
+                self._state(index, "done")
             else:
                 failed = True
-                self.cluster._set_state(index, "failed", outcome.ename)
+                self._seen(index)
+                self._state(index, "failed", outcome.ename)
         return failed
 
     async def _find_dead(self) -> bool:
         for w in self.workers:
             if w.index not in self.dead and not await w.handle.is_alive():
                 self.dead[w.index] = w.handle.exit_description() or "exited"
-                self.cluster._set_state(w.index, "failed", self.dead[w.index])
+                self._seen(w.index)
+                self._state(w.index, "failed", self.dead[w.index])
         return bool(self.dead)
 
-    async def _wait(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]],
+    async def _wait(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]],
                     deadline: float | None) -> str | None:
-        abort = self.cluster._abort
-        assert abort is not None
-        abort_wait = asyncio.ensure_future(abort.wait())
+        abort_wait: asyncio.Future[Any] = asyncio.ensure_future(self.abort.wait())
         try:
             while True:
                 if self._collect(tasks):
@@ -132,7 +185,7 @@ class CellRun:
                     return None
                 if await self._find_dead():
                     return "died"
-                if abort.is_set():
+                if self.abort.is_set():
                     return "interrupted"
                 wait = LIVENESS_POLL_SECONDS
                 if deadline is not None:
@@ -140,17 +193,18 @@ class CellRun:
                     if remaining <= 0:
                         return "timeout"
                     wait = min(wait, remaining)
-                await asyncio.wait([*pending, abort_wait], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                waiting: list[asyncio.Future[Any]] = [*pending, abort_wait]
+                await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
         finally:
             abort_wait.cancel()
 
-    async def _settle(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> None:
+    async def _settle(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]]) -> None:
         pending = [t for t in tasks.values() if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=SETTLE_SECONDS)
         self._collect(tasks)
 
-    async def _stop_the_rest(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> None:
+    async def _stop_the_rest(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]]) -> None:
         running = [w for w in self.workers if not tasks[w.index].done() and w.index not in self.dead]
         self.interrupted = {w.index for w in running}
         await asyncio.gather(*(w.handle.interrupt() for w in running), return_exceptions=True)
@@ -165,39 +219,72 @@ class CellRun:
         self._collect(tasks)
         await self._find_dead()
         self.unresponsive = {i for i in self.interrupted if not tasks[i].done() and i not in self.dead}
+        for i in self.interrupted:
+            self._seen(i)
         for task in tasks.values():
             if not task.done():
                 task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
 
     def _failures(self, trigger: str) -> list[WorkerFailure]:
-        failures: list[tuple[int, int, WorkerFailure]] = []
+        """Each worker's fault, the cause first (see :func:`mwnotebook.errors.order_failures`)."""
+        failures: list[WorkerFailure] = []
+        frozen: dict[int, str] = {}
         for w in self.workers:
             i = w.index
             outcome = self.result.outcomes[i]
-            order = self.finish_order.index(i) if i in self.finish_order else len(self.workers)
+            at = self.seen_at.get(i, self.result.elapsed)
             if i in self.dead:
-                failures.append((_PRIORITY["died"], order, WorkerFailure(i, "died", exit_description=self.dead[i])))
+                failures.append(WorkerFailure(i, "died", exit_description=self.dead[i], seen_at=at))
             elif i in self.unresponsive and trigger in ("failure", "died"):
-                failures.append((_PRIORITY["unresponsive"], order, WorkerFailure(
-                    i, "unresponsive", exit_description=w.handle.exit_description() or _process_state(w))))
-            elif i in self.interrupted:
+                frozen[i] = _process_state(w)
+                failures.append(WorkerFailure(i, "unresponsive", seen_at=at,
+                                              exit_description=w.handle.exit_description() or frozen[i]))
+            elif i in self.interrupted and not _lost_a_peer(outcome):
                 kind = "timeout" if trigger == "timeout" else "interrupted"
-                f = WorkerFailure(i, kind, ename=outcome.ename if outcome else "",
-                                  evalue=outcome.evalue if outcome else "",
-                                  traceback=outcome.traceback if outcome else [])
-                failures.append((_PRIORITY[kind], order, f))
+                failures.append(WorkerFailure(i, kind, ename=outcome.ename if outcome else "",
+                                              evalue=outcome.evalue if outcome else "",
+                                              traceback=outcome.traceback if outcome else [], seen_at=at))
             elif outcome is not None and outcome.status != "ok":
                 d = diagnose(outcome.ename, outcome.evalue)
-                kind = "consequence" if is_consequential(outcome.ename) else "error"
-                f = WorkerFailure(i, "error", ename=outcome.ename, evalue=outcome.evalue,
-                                  traceback=outcome.traceback, hint=d.hint if d else "")
-                failures.append((_PRIORITY[kind], order, f))
-        failures.sort(key=lambda item: (item[0], item[1]))
-        return [f for _, _, f in failures]
+                failures.append(WorkerFailure(i, "error", ename=outcome.ename, evalue=outcome.evalue,
+                                              traceback=outcome.traceback, hint=d.hint if d else "", seen_at=at))
+        return order_failures(_mark_consequences(failures, frozen))
 
 
-def _process_state(worker: Worker) -> str:
+def _lost_a_peer(outcome: ExecutionOutcome | None) -> bool:
+    """An interrupted worker whose cell in fact ended with TensorFlow's error for a lost peer."""
+    return outcome is not None and outcome.ename != "KeyboardInterrupt" and is_consequential(outcome.ename)
+
+
+def _mark_consequences(failures: list[WorkerFailure], frozen: dict[int, str]) -> list[WorkerFailure]:
+    """Turn the faults that follow from a peer's into one-line consequences of that peer.
+
+    A consequence is an error TensorFlow raises because a peer is gone (``UnavailableError``, an
+    aborted or timed-out collective), or an ignored interrupt while a peer had died or raised (the
+    worker was waiting for it in a collective) -- unless the process is really stopped (SIGSTOP),
+    which makes it a cause. Without any other fault there is nothing to be a consequence of, and
+    the errors stay as they are.
+    """
+    def is_cause(f: WorkerFailure) -> bool:
+        if f.kind == "unresponsive":
+            return "stopped" in frozen.get(f.worker, "")
+        return f.kind == "died" or (f.kind == "error" and not is_consequential(f.ename))
+
+    causes = order_failures([f for f in failures if is_cause(f)])
+    if not causes:
+        return failures
+    peer = causes[0].worker
+    out = []
+    for f in failures:
+        follows = (f.kind == "error" and is_consequential(f.ename)) or (f.kind == "unresponsive" and not is_cause(f))
+        if follows and f.worker != peer:
+            f = replace(f, kind="consequence", peer=peer, hint="")
+        out.append(f)
+    return out
+
+
+def _process_state(worker: RunWorker) -> str:
     """``stopped`` / ``sleeping`` / ... for a local worker process; '' when it can't be seen."""
     pid = worker.handle.pid
     if pid is None or worker.handle.host != "localhost":
@@ -206,15 +293,5 @@ def _process_state(worker: Worker) -> str:
         import psutil
 
         return f"process state: {psutil.Process(pid).status()}"
-    except Exception:  # noqa: BLE001 - only a detail for the message
+    except Exception:  # only a detail for the message
         return ""
-
-
-def _error_class(trigger: str, dead: dict[int, str]) -> type[ClusterRunError]:
-    if trigger == "interrupted":
-        return ClusterInterrupted
-    if trigger == "timeout":
-        return ClusterTimeoutError
-    if dead:
-        return WorkerDiedError
-    return WorkerError

@@ -101,10 +101,16 @@ class Cluster:
         future.add_done_callback(lambda _f: events.put(_DONE))
         interrupts = 0
         while True:
+            # A Ctrl-C may land anywhere in this loop (also as the wait times out, or while an event
+            # is delivered): all of it is inside the outer try.
             try:
-                item = events.get(timeout=0.5)
-            except queue.Empty:
-                continue
+                try:
+                    item = events.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if item is _DONE:
+                    break
+                _deliver(on_event, item)
             except KeyboardInterrupt:
                 interrupts += 1
                 if interrupts == 1:
@@ -113,10 +119,6 @@ class Cluster:
                     future.cancel()
                     self._loop.run(self._core.kill())
                     raise
-                continue
-            if item is _DONE:
-                break
-            _deliver(on_event, item)
         return future.result()
 
     def interrupt(self) -> None:
@@ -163,7 +165,7 @@ def _deliver(sink: EventSink | None, event: Event) -> None:
         return
     try:
         sink(event)
-    except Exception:  # noqa: BLE001 - a broken observer must not break the run
+    except Exception:  # a broken observer must not break the run
         log.exception("event observer failed on %r", event)
 
 
@@ -174,5 +176,5 @@ def _kill_all_at_exit() -> None:
         if cluster.started:
             try:
                 cluster._loop.run(cluster._core.kill(), timeout=10)
-            except Exception:  # noqa: BLE001 - best effort at exit
+            except Exception:  # best effort at exit
                 log.debug("could not stop a cluster at exit", exc_info=True)

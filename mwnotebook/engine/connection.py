@@ -155,7 +155,7 @@ class Worker:
                 deadline = time.monotonic() + grace
                 while time.monotonic() < deadline and await self.handle.is_alive():
                     await asyncio.sleep(0.05)
-            except Exception:  # noqa: BLE001 - a broken channel must not stop the kill below
+            except Exception:  # a broken channel must not stop the kill below
                 log.debug("polite shutdown of worker %d failed", self.index, exc_info=True)
         await self.kill()
 

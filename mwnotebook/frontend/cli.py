@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from mwnotebook.config.options import add_cluster_arguments, spec_from_options
-from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError
+from mwnotebook.config.options import add_cluster_arguments, seconds, spec_from_options
+from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError, render_failures
 from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
 
 log = logging.getLogger(__name__)
@@ -84,13 +84,21 @@ def _ports(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--ports takes comma-separated port numbers, got {text!r}") from None
 
 
+def _version() -> str:
+    """The installed distribution's version (read from its metadata, not from the package top)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mwnotebook")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="mwnotebook", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=fmt)
-    from mwnotebook import __version__  # noqa: PLC0415 - avoid a cycle at import time
-
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what mwnotebook does (to stderr)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -98,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Run SCRIPT on every worker at once and wait for all of them.",
                               epilog=RUN_EPILOG, formatter_class=fmt)
     add_cluster_arguments(run)
-    run.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    run.add_argument("--timeout", type=seconds, default=None, metavar="S",
                      help="stop all workers and fail if the script runs longer than S seconds")
     run.add_argument("--report", default=None, metavar="FILE",
                      help="HTML report to write at the end (default: SCRIPT-report.html here)")
@@ -121,12 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _seconds(text: str) -> float:
-    from mwnotebook.config.options import seconds  # noqa: PLC0415
-
-    return seconds(text)
-
-
 # --------------------------------------------------------------------------- live output
 
 class RunObserver:
@@ -137,8 +139,8 @@ class RunObserver:
     """
 
     def __init__(self, workers: int, stdout: TextIO, stderr: TextIO) -> None:
-        from mwnotebook.engine.relay import TextRelay  # noqa: PLC0415
-        from mwnotebook.shared.metrics import MetricsStore  # noqa: PLC0415
+        from mwnotebook.engine.relay import TextRelay
+        from mwnotebook.shared.metrics import MetricsStore
 
         self.workers = workers
         self.relay = TextRelay(stdout, stderr)
@@ -195,14 +197,7 @@ def describe_failure(exc: ClusterRunError, keep_color: bool = False) -> str:
     """Which worker failed and its traceback first, then what happened to the others."""
     if not exc.failures:
         return f"mwnotebook: {exc}"
-    first, rest = exc.failures[0], exc.failures[1:]
-    lines = [f"mwnotebook: {first.headline()}"]
-    label = f"[worker {first.worker}] "
-    for chunk in first.traceback:
-        for line in _plain(chunk, keep_color).splitlines():
-            lines.append(label + line)
-    lines += [f"mwnotebook: {failure.headline()}" for failure in rest]
-    return "\n".join(lines)
+    return "\n".join(render_failures(exc.failures, terminal=True, color=keep_color))
 
 
 # --------------------------------------------------------------------------- HTML report
@@ -214,25 +209,14 @@ def _figures_html(observer: RunObserver) -> str:
     if not local and not store.metric_names():
         return ('<p class="none">No metrics were reported, so there are no curves. Report them from the '
                 "script with <code>mw.report(step=i, loss=...)</code> or the Keras callback.</p>")
-    import plotly.graph_objects as go  # noqa: PLC0415 - only when there is something to draw
-    import plotly.io as pio  # noqa: PLC0415
+    import plotly.io as pio  # only when there is something to draw
+
+    from mwnotebook.dashboard import per_worker_figure
 
     names = local or [n[len("global_"):] for n in store.metric_names()]
-    parts = []
-    for number, metric in enumerate(names):
-        fig = go.Figure()
-        for worker in range(observer.workers):
-            x, y = store.local_series(worker, metric)
-            if len(x):
-                fig.add_trace(go.Scatter(x=x.tolist(), y=y.tolist(), mode="lines", name=f"worker {worker}"))
-        gx, gy = store.global_series(metric)
-        if len(gx):
-            fig.add_trace(go.Scatter(x=gx.tolist(), y=gy.tolist(), mode="lines", name="global",
-                                     line={"dash": "dash", "color": "black"}))
-        fig.update_layout(title=f"{metric} per worker", xaxis_title="step", yaxis_title=metric,
-                          height=380, margin={"l": 50, "r": 20, "t": 50, "b": 40})
-        parts.append(pio.to_html(fig, include_plotlyjs=(number == 0), full_html=False))
-    return "\n".join(parts)
+    return "\n".join(pio.to_html(per_worker_figure(store, metric, observer.workers), include_plotlyjs=(number == 0),
+                                 full_html=False)
+                     for number, metric in enumerate(names))
 
 
 def render_report(script: str, observer: RunObserver, verdict: str, elapsed: float,
@@ -391,7 +375,7 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
     # The command owns its event loop (no background thread): signals are handled on it directly,
     # and a ClusterInterrupted never has to cross threads.
-    from mwnotebook.engine.async_cluster import AsyncCluster  # noqa: PLC0415 - keeps `--help` and `export` light
+    from mwnotebook.engine.async_cluster import AsyncCluster  # keeps `--help` and `export` light
 
     observer = RunObserver(spec.workers, stdout, stderr)
     print(f"mwnotebook: starting {spec.workers} workers for {script}", file=stderr, flush=True)
@@ -413,14 +397,14 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def cmd_export(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    from mwnotebook.frontend.export import export_cell  # noqa: PLC0415
+    from mwnotebook.frontend.export import export_cell
 
     script = Path(ns.script)
     code = _read_script("export", script, stderr)
     if code is None:
         return EXIT_USAGE
     if getattr(ns, "format", "launchers") != "launchers":
-        from mwnotebook.frontend.export_formats import export_format  # noqa: PLC0415
+        from mwnotebook.frontend.export_formats import export_format
 
         print(export_format(code, ns.out, spec_from_options(ns), ns.format).summary(), file=stdout)
         return EXIT_OK

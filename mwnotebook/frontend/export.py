@@ -6,7 +6,8 @@
   ran first). It reads ``TF_CONFIG`` from its environment, exactly like a cell under ``%%mwtrain``.
 - ``worker-0.sh`` ... ``worker-{N-1}.sh``: one launcher per worker in the seed's style,
   ``TF_CONFIG='...' exec python3 train.py``. The cluster list is identical in every launcher; only
-  ``task.index`` differs (plus ``CUDA_VISIBLE_DEVICES`` when ``--gpus-per-worker`` splits GPUs).
+  ``task.index`` differs. Every launcher sets exactly the variables the cluster gives that worker
+  (:func:`mwnotebook.config.worker_env.worker_envs`, the one rule for both).
 - ``run-local.sh``: starts every worker on this machine (the seed's steps 8-10) and exits non-zero
   if any worker fails, stopping the others, which would otherwise wait forever in a collective.
 - ``README.md``: how to run the job on real hosts.
@@ -24,11 +25,10 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
-from mwnotebook.config import worker_env as worker_setup
-from mwnotebook.config.hosts import worker_hosts
+from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.tf_config import PortReservation, format_address, tf_config_json
+from mwnotebook.config.worker_env import setup_code, worker_envs
 from mwnotebook.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -45,24 +45,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LAUNCHER = re.compile(r"^worker-(\d+)\.(sh|log)$")
 # IPython-only syntax at the start of a line: %magic, %%cellmagic, !shell, var = !shell.
 _IPYTHON_LINE = re.compile(r"^(\s*)(%|!|\w+\s*=\s*!)")
-
-
-class ExportSpec(Protocol):
-    """The fields of :class:`mwnotebook.ClusterSpec` that decide what a worker process gets."""
-
-    workers: int
-    cpu: bool
-    env: Mapping[str, str]
-    hosts: tuple[str, ...]
-    tf_address: str | None
-    python: str | None
-    gpus_per_worker: int | None
-    collective: str
-    mixed_precision: str | None
-    xla: bool
-
-    @property
-    def use_legacy_keras(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +76,7 @@ class ExportedJob:
 
 # --------------------------------------------------------------------------- pure text builders
 
-def tf_hosts(spec: ExportSpec) -> list[str]:
+def tf_hosts(spec: ClusterSpec) -> list[str]:
     """The host each worker's TF server listens on, from ``--hosts`` (and ``--tf-address``).
 
     The SSH user and port say how to log in, not where TensorFlow listens, so they are dropped.
@@ -102,13 +84,12 @@ def tf_hosts(spec: ExportSpec) -> list[str]:
     """
     if not spec.hosts:
         return ["127.0.0.1"] * spec.workers
-    placement = worker_hosts(spec.hosts, spec.workers)
     override: dict[str, str] = {}
     if spec.tf_address:
-        from mwnotebook.launchers.ssh import parse_tf_address  # noqa: PLC0415 - asyncssh only with --hosts
+        from mwnotebook.launchers.ssh import parse_tf_address  # asyncssh only with --hosts
 
-        override = parse_tf_address(spec.tf_address, placement)
-    return [override.get(host.target, host.host) for host in placement]
+        override = parse_tf_address(spec.tf_address, spec.placement)
+    return [override.get(host.target, host.host) for host in spec.placement]
 
 
 def host_slots(hosts: Sequence[str]) -> list[int]:
@@ -159,36 +140,18 @@ def script_source(code: str, setup: str = "") -> tuple[str, list[str]]:
     return "\n".join(header) + "\n" + body, disabled
 
 
-def launcher_env(spec: ExportSpec, hosts: Sequence[str], index: int) -> dict[str, str]:
-    """Variables worker ``index`` needs besides TF_CONFIG, as the cluster options say.
+def launcher_source(addresses: Sequence[str], index: int, env: Mapping[str, str],
+                    python: str = "python3", script: str = SCRIPT_NAME) -> str:
+    """``worker-<index>.sh``: the seed's one-line launcher, ``TF_CONFIG='...' exec python3 train.py``.
 
-    Mirrors what the cluster gives its worker kernels (``ClusterSpec.worker_env``), minus what only
-    mwnotebook itself reads (worker index/count) and its log-level default.
+    ``env`` is the worker's environment from :func:`~mwnotebook.config.worker_env.worker_envs`;
+    its TF_CONFIG is written last, where the seed has it.
     """
-    env: dict[str, str] = {}
-    if spec.cpu:
-        env["CUDA_VISIBLE_DEVICES"] = "-1"
-    elif spec.gpus_per_worker:
-        first = host_slots(hosts)[index] * spec.gpus_per_worker
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + g) for g in range(spec.gpus_per_worker))
-    if spec.use_legacy_keras:
-        env["TF_USE_LEGACY_KERAS"] = "1"
-    if spec.collective != "auto":
-        env["MWNOTEBOOK_COLLECTIVE"] = spec.collective
-    env.update(spec.env)
-    env.update(worker_setup.worker_env(spec))
     for key in env:
         if not _ENV_NAME.match(key):
             raise ConfigError(f"environment variable name {key!r} is not valid in a shell script")
-    env.pop("TF_CONFIG", None)
-    return env
-
-
-def launcher_source(addresses: Sequence[str], index: int, env: Mapping[str, str],
-                    python: str = "python3", script: str = SCRIPT_NAME) -> str:
-    """``worker-<index>.sh``: the seed's one-line launcher, ``TF_CONFIG='...' exec python3 train.py``."""
-    assigns = [f"{key}={shlex.quote(value)}" for key, value in env.items()]
-    assigns.append(f"TF_CONFIG={shlex.quote(tf_config_json(list(addresses), index))}")
+    assigns = [f"{key}={shlex.quote(value)}" for key, value in env.items() if key != "TF_CONFIG"]
+    assigns.append(f"TF_CONFIG={shlex.quote(env.get('TF_CONFIG') or tf_config_json(list(addresses), index))}")
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# {MARKER}: worker {index} of {len(addresses)}.",
@@ -311,7 +274,7 @@ If one worker fails, stop the others yourself (Ctrl-C / `kill`): they will not e
 
 # --------------------------------------------------------------------------- writing
 
-def _choose_addresses(spec: ExportSpec, ports: Sequence[int] | None) -> tuple[list[str], list[str], bool]:
+def _choose_addresses(spec: ClusterSpec, ports: Sequence[int] | None) -> tuple[list[str], bool]:
     hosts = tf_hosts(spec)
     loopback = not spec.hosts
     if ports is None:
@@ -330,7 +293,7 @@ def _choose_addresses(spec: ExportSpec, ports: Sequence[int] | None) -> tuple[li
     pairs = list(zip(hosts, ports))
     if len(set(pairs)) != len(pairs):
         raise ConfigError("two workers would listen on the same host:port; give each a different port")
-    return [format_address(h, p) for h, p in pairs], hosts, loopback
+    return [format_address(h, p) for h, p in pairs], loopback
 
 
 def _remove_stale(directory: Path, workers: int) -> None:
@@ -351,7 +314,7 @@ def _write(path: Path, text: str, executable: bool = False) -> Path:
     return path
 
 
-def export_cell(code: str, out_dir: str | Path, spec: ExportSpec, *, ports: Sequence[int] | None = None,
+def export_cell(code: str, out_dir: str | Path, spec: ClusterSpec, *, ports: Sequence[int] | None = None,
                 python: str | None = None) -> ExportedJob:
     """Write ``code`` (a cell or a script) as a cluster job for ``spec`` into ``out_dir``.
 
@@ -367,9 +330,9 @@ def export_cell(code: str, out_dir: str | Path, spec: ExportSpec, *, ports: Sequ
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory} exists and is not a directory")
-    script_text, disabled = script_source(code, worker_setup.setup_code(spec))
-    addresses, hosts, loopback = _choose_addresses(spec, ports)
-    envs = [launcher_env(spec, hosts, i) for i in range(spec.workers)]
+    script_text, disabled = script_source(code, setup_code(spec))
+    addresses, loopback = _choose_addresses(spec, ports)
+    envs = worker_envs(spec, addresses)
 
     directory.mkdir(parents=True, exist_ok=True)
     _remove_stale(directory, spec.workers)
@@ -378,7 +341,8 @@ def export_cell(code: str, out_dir: str | Path, spec: ExportSpec, *, ports: Sequ
         _write(directory / f"worker-{i}.sh", launcher_source(addresses, i, envs[i], python), executable=True)
         for i in range(spec.workers))
     run_local = _write(directory / RUN_LOCAL, run_local_source(spec.workers), executable=True)
-    env_lines = sorted({f"{k}={v}" for env in envs for k, v in env.items()})
+    env_lines = sorted({f"{k}={v}" for env in envs for k, v in env.items()
+                        if k not in ("TF_CONFIG", "MWNOTEBOOK_WORKER_INDEX")})
     readme = _write(directory / README, readme_source(addresses, env_lines, python, loopback))
     if disabled:
         log.warning("export: %d IPython-only line(s) disabled in %s", len(disabled), script)

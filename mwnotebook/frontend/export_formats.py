@@ -31,8 +31,9 @@ from typing import Any
 from mwnotebook.config import worker_env as worker_setup
 from mwnotebook.config.slurm import split_salloc_args
 from mwnotebook.config.slurm_tf_config import DEFAULT_PORT
+from mwnotebook.config.worker_env import worker_envs
 from mwnotebook.errors import ConfigError
-from mwnotebook.frontend.export import MARKER, SCRIPT_NAME, launcher_env, script_source
+from mwnotebook.frontend.export import MARKER, SCRIPT_NAME, script_source
 
 FORMATS = ("slurm", "tfjob")
 BATCH_SCRIPT = "job.sbatch"
@@ -78,7 +79,13 @@ def sbatch_lines(salloc_args: Sequence[str]) -> list[str]:
 
 
 def _worker_env(spec: Any) -> dict[str, str]:
-    env = launcher_env(spec, ["node"] * spec.workers, 0)
+    """What every Slurm task gets: the one worker-environment rule (config/worker_env.py), less what
+    differs per task and is built at run time from Slurm's variables (TF_CONFIG, the worker index)."""
+    placeholders = [f"node:{port}" for port in range(spec.workers)]
+    # GPUs are bound per task by srun --gpus-per-task, not split on this machine: never ask its driver.
+    env = worker_envs(spec, placeholders, environ={}, gpu_count=spec.workers * (spec.gpus_per_worker or 0))[0]
+    for per_task in ("TF_CONFIG", "MWNOTEBOOK_WORKER_INDEX"):
+        env.pop(per_task, None)
     if spec.gpus_per_worker:  # Slurm's --gpus-per-task sets each task's CUDA_VISIBLE_DEVICES itself
         env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
@@ -169,7 +176,7 @@ def tfjob_documents(spec: Any, script_text: str, env: Mapping[str, str], name: s
 def dump_yaml(documents: Sequence[Mapping[str, Any]]) -> str:
     """Multi-document YAML (PyYAML when present; JSON, which is valid YAML, otherwise)."""
     try:
-        import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 - optional
+        import yaml
     except ImportError:
         return "---\n".join(json.dumps(doc, indent=2) + "\n" for doc in documents)
 

@@ -136,11 +136,11 @@ class MWMagics(Magics):
         if not cell.strip():
             raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
         if ns.export and ns.format != "launchers":
-            from mwnotebook.frontend.export_formats import export_format  # noqa: PLC0415
+            from mwnotebook.frontend.export_formats import export_format
 
             print(export_format(cell, ns.export, spec, ns.format).summary())
         elif ns.export:
-            from mwnotebook.frontend.export import export_cell  # noqa: PLC0415 - only needed with --export
+            from mwnotebook.frontend.export import export_cell  # only needed with --export
 
             print(export_cell(cell, ns.export, spec).summary())
         cluster = self.session.cluster_for(spec)
@@ -157,7 +157,7 @@ class MWMagics(Magics):
                 cluster.start()
             self.session.announce(cluster)
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
-        except MWNotebookError as exc:
+        except (MWNotebookError, KeyboardInterrupt) as exc:  # a second Ctrl-C too: the live view must end
             relay.flush()
             if dashboard is not None:
                 dashboard.finish(None)
@@ -201,7 +201,7 @@ class MWMagics(Magics):
 def _make_dashboard(num_workers: int) -> Any:
     """The live chart, when the dashboard module is available."""
     try:
-        from mwnotebook.dashboard import Dashboard  # noqa: PLC0415
+        from mwnotebook.dashboard import Dashboard
     except ImportError:
         return None
     dashboard = Dashboard(num_workers)

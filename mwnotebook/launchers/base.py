@@ -43,6 +43,10 @@ class Launcher(Protocol):
     """Starts worker kernels. ``env`` is the full set of variables the worker needs on top of the
     launcher's base environment (TF_CONFIG, CUDA_VISIBLE_DEVICES, ...)."""
 
+    async def tf_addresses(self, count: int) -> list[str]:
+        """``host:port`` of each worker's TensorFlow server (TF_CONFIG's cluster list), ports reserved."""
+        ...
+
     async def start(self, index: int, env: Mapping[str, str]) -> KernelHandle: ...
 
     async def close(self) -> None:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 
 from mwnotebook.config import slurm as cmd
+from mwnotebook.config.slurm_tf_config import node_addresses
 from mwnotebook.errors import ClusterStartError
 
 __all__ = ["SlurmAllocation", "run_command"]
@@ -146,7 +147,7 @@ class SlurmAllocation:
                 raise ClusterStartError(f"Slurm job {self.job_id} still {shown} after {timeout:.0f} s")
             await asyncio.sleep(0.5)
         self.nodes = cmd.parse_hostnames(await run_command(cmd.hostnames_argv(state.nodelist)))
-        self.addresses = cmd.parse_node_addresses(await run_command(cmd.node_info_argv(self.nodes)))
+        self.addresses = node_addresses(await run_command(cmd.node_info_argv(self.nodes)))
         log.info("Slurm job %s: nodes %s", self.job_id, self.nodes)
 
     async def ended(self) -> bool:

@@ -28,6 +28,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import asyncssh
@@ -214,10 +215,11 @@ class SSHLauncher:
     def from_spec(cls, spec: Any) -> SSHLauncher:
         """Build from a ``ClusterSpec`` (``hosts``, ``workers``, ``python``, ``tf_address``,
         ``startup_timeout`` and, where the spec has it, ``workers_per_host``)."""
+        placement = getattr(spec, "placement", None)
         return cls(
-            spec.hosts,
+            [replace(h, slots=1) for h in placement] if placement else spec.hosts,  # parsed once, by the spec
             workers=spec.workers,
-            workers_per_host=getattr(spec, "workers_per_host", None),
+            workers_per_host=None if placement else getattr(spec, "workers_per_host", None),
             python=spec.python,
             tf_address=spec.tf_address,
             startup_timeout=spec.startup_timeout,

@@ -20,7 +20,7 @@ _DEFAULT_IDENTITIES = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed
 
 
 class _FullerClientConfig(SSHClientConfig):
-    _handlers = dict(SSHClientConfig._handlers)  # type: ignore[attr-defined]
+    _handlers = dict(SSHClientConfig._handlers)
     _handlers["stricthostkeychecking"] = ("StrictHostKeyChecking", SSHConfig._set_string)
     _handlers["hashknownhosts"] = ("HashKnownHosts", SSHConfig._set_string)
 

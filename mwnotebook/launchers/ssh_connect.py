@@ -77,7 +77,7 @@ class SSHConnection:
         for conn in [self.conn, *self.jumps]:
             try:
                 await asyncio.wait_for(conn.wait_closed(), timeout)
-            except Exception:  # noqa: BLE001 - closing is best effort
+            except Exception:
                 pass
 
 

@@ -352,7 +352,7 @@ def _logs_are_summed(model: Any, strategy: Any) -> bool:
 def _keras_base() -> type:
     tf = _tf()
     if tf is None:
-        import tensorflow as tf  # noqa: F811 - the user is calling model.fit, TF is there
+        import tensorflow as tf  # the user is calling model.fit, TF is there
     return tf.keras.callbacks.Callback
 
 
@@ -440,7 +440,7 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
             try:
                 batch_value = self._last_global["global_loss"].resolve()
                 epoch_value = float(_to_number(logs["loss"]))
-            except Exception:  # noqa: BLE001 - a sanity check must never break training
+            except Exception:  # a sanity check must never break training
                 return
             if math.isfinite(epoch_value) and abs(batch_value - epoch_value) > 1e-3 * max(1.0, abs(epoch_value)):
                 log.warning("mwnotebook: batch-level global loss %.5f differs from Keras' epoch loss "

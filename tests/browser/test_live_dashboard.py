@@ -125,7 +125,7 @@ def _screenshot(page, path) -> None:
     try:
         outputs.scroll_into_view_if_needed(timeout=5000)
         outputs.screenshot(path=str(path), timeout=10_000)
-    except Exception:  # noqa: BLE001 - a screenshot is an artifact, never the verdict
+    except Exception:  # a screenshot is an artifact, never the verdict
         page.screenshot(path=str(path))
 
 

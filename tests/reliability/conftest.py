@@ -24,9 +24,9 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install -e '.[tensorflow-cpu]'")
 
-from mwnotebook.shared.events import WorkerStateChanged  # noqa: E402
+from mwnotebook.shared.events import WorkerStateChanged
 
-from ..conftest import alive_workers, is_worker  # noqa: E402
+from ..conftest import alive_workers, is_worker
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -216,7 +216,7 @@ class CellThread:
     def _run(self) -> None:
         try:
             self.result = self.cluster.run(self.code, on_event=self._on_event, timeout=self.timeout)
-        except BaseException as exc:  # noqa: BLE001 - ClusterInterrupted is a KeyboardInterrupt
+        except BaseException as exc:  # ClusterInterrupted is a KeyboardInterrupt
             self.error = exc
         finally:
             self.ended_wall = time.time()
@@ -311,7 +311,7 @@ class Notebook:
         try:
             if self.km.is_alive():
                 self.execute("%mwcluster stop", timeout=30)
-        except Exception:  # noqa: BLE001 - clean-up goes on
+        except Exception:  # clean-up goes on
             pass
         self.kc.stop_channels()
         try:
@@ -319,7 +319,7 @@ class Notebook:
                 self.km.shutdown_kernel(now=True)
             else:  # killed by the test: only its files are left to remove
                 self.km.cleanup_resources()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         left, _ = wait_gone(pids, timeout=10)
         kill_all(left)

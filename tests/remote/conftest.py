@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import netns_hosts  # noqa: E402
+import netns_hosts
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
-import slurm_cluster  # noqa: E402
+import slurm_cluster
 
 
 @pytest.fixture(scope="session")

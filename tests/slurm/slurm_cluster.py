@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
-import netns_hosts  # noqa: E402
+import netns_hosts
 
 BINARIES = ("munged", "slurmctld", "slurmd", "salloc", "srun", "sinfo", "scancel", "scontrol", "squeue")
 

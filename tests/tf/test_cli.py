@@ -208,7 +208,8 @@ def test_report_has_a_loss_curve_per_worker_and_is_self_contained(tmp_path: Path
     assert "[worker 1] worker 1 reported" in run.out()
     report = (tmp_path / "r.html").read_text()
     assert "No metrics were reported" not in report
-    assert '"name":"worker 0"' in report and '"name":"worker 1"' in report
+    # the dashboard's per-worker figure (dashboard.per_worker_figure)
+    assert '"name":"worker 0 (local loss)"' in report and '"name":"worker 1 (local loss)"' in report
     assert "loss per worker" in report
     assert external_resources(report) == []  # plotly.js is inlined: the file works offline
     assert "Plotly.newPlot" in report

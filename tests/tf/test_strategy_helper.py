@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from mwnotebook import Cluster, ClusterRunError  # noqa: E402
+from mwnotebook import Cluster, ClusterRunError
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

@@ -74,7 +74,7 @@ def test_export_command_writes_the_job(tmp_path: Path, capsys: pytest.CaptureFix
     assert sorted(p.name for p in out.iterdir()) == [
         "README.md", "run-local.sh", "train.py", "worker-0.sh", "worker-1.sh", "worker-2.sh"]
     line = (out / "worker-2.sh").read_text().splitlines()[-1]
-    assert line.startswith("CUDA_VISIBLE_DEVICES=-1 ")
+    assert " CUDA_VISIBLE_DEVICES=-1 " in line
     assert line.endswith("exec python3 train.py")
     config = json.loads(line.split("TF_CONFIG='")[1].split("'")[0])
     assert config == {"cluster": {"worker": ["127.0.0.1:12345", "127.0.0.1:23456", "127.0.0.1:34567"]},
@@ -149,7 +149,8 @@ def test_report_without_metrics_says_so_and_lists_status_and_output() -> None:
 def test_report_with_metrics_has_one_curve_per_worker_plus_global() -> None:
     page = render_report("train.py", observed_run(True), "all workers succeeded", 3.2)
     assert "No metrics were reported" not in page
-    for name in ("worker 0", "worker 1", "global"):
+    # the dashboard's figure (dashboard.per_worker_figure), drawn once for the report
+    for name in ("worker 0 (local loss)", "worker 1 (local loss)", "global loss (all workers)"):
         assert f'"name":"{name}"' in page, name
     assert page.count("Plotly.newPlot") == 1  # one figure: loss (global_loss drawn on it)
 

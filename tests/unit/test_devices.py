@@ -25,36 +25,35 @@ def test_partition_gives_disjoint_consecutive_sets():
     assert len(flat) == len(set(flat)) == 8
 
 
+def vis(workers: int, gpus: int, environ: dict[str, str], gpu_count: int | None = None) -> list[str | None]:
+    from mwnotebook import ClusterSpec
+
+    return devices.visible_devices_per_worker(ClusterSpec(workers=workers, gpus_per_worker=gpus),
+                                              environ=environ, gpu_count=gpu_count)
+
+
 def test_partition_respects_an_existing_cuda_visible_devices():
-    env = {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
-    got = devices.gpu_env_per_worker(2, gpus_per_worker=2, environ=env, gpu_count=8)
-    assert got == [{"CUDA_VISIBLE_DEVICES": "4,5"}, {"CUDA_VISIBLE_DEVICES": "6,7"}]
+    assert vis(2, 2, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, gpu_count=8) == ["4,5", "6,7"]
     # Unset: the machine's GPUs are numbered 0..n-1.
-    got = devices.gpu_env_per_worker(2, gpus_per_worker=1, environ={}, gpu_count=2)
-    assert got == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    assert vis(2, 1, {}, gpu_count=2) == ["0", "1"]
 
 
 def test_too_few_gpus_is_a_clear_error_naming_the_numbers():
     with pytest.raises(ConfigError) as err:
-        devices.gpu_env_per_worker(2, gpus_per_worker=2, environ={"CUDA_VISIBLE_DEVICES": "0,1,2"})
+        vis(2, 2, {"CUDA_VISIBLE_DEVICES": "0,1,2"})
     assert "need 4 GPUs" in str(err.value) and "only 3 are visible" in str(err.value)
     with pytest.raises(ConfigError, match="only 0 are visible"):
-        devices.gpu_env_per_worker(1, gpus_per_worker=1, environ={}, gpu_count=0)
+        vis(1, 1, {}, gpu_count=0)
     with pytest.raises(ConfigError, match=">= 1"):
         devices.partition_gpus(2, 0, ["0", "1"])
 
 
 def test_cpu_with_gpus_is_a_usage_error_and_cpu_hides_gpus():
+    from mwnotebook import ClusterSpec
+
     with pytest.raises(ConfigError, match="--cpu and --gpus-per-worker"):
-        devices.gpu_env_per_worker(2, cpu=True, gpus_per_worker=1, gpu_count=4)
-    assert devices.gpu_env_per_worker(2, cpu=True) == [{"CUDA_VISIBLE_DEVICES": "-1"}] * 2
-
-
-def test_shared_gpus_get_memory_growth():
-    assert devices.gpu_env_per_worker(2, environ={}, gpu_count=1) == \
-        [{"TF_FORCE_GPU_ALLOW_GROWTH": "true"}] * 2
-    assert devices.gpu_env_per_worker(1, environ={}, gpu_count=1) == [{}]
-    assert devices.gpu_env_per_worker(2, environ={}, gpu_count=0) == [{}, {}]
+        ClusterSpec(workers=2, cpu=True, gpus_per_worker=1)
+    assert devices.visible_devices_per_worker(ClusterSpec(workers=2, cpu=True)) == ["-1", "-1"]
 
 
 def test_count_machine_gpus_reads_the_driver_listing(tmp_path):
@@ -88,13 +87,13 @@ def test_visible_devices_per_worker_from_a_cluster_spec():
     assert devices.visible_devices_per_worker(remote, environ={}, gpu_count=0) == ["0", "1", "0"]
 
 
-def test_shared_gpus_get_memory_growth_through_worker_env():
+def test_shared_gpus_get_memory_growth_through_the_recipes():
     from mwnotebook import ClusterSpec
-    from mwnotebook.config.worker_env import worker_env
+    from mwnotebook.config.worker_env import recipe_env
 
-    assert worker_env(ClusterSpec(workers=2)) == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-    assert worker_env(ClusterSpec(workers=1)) == {}
-    assert worker_env(ClusterSpec(workers=2, gpus_per_worker=1)) == {}
-    assert worker_env(ClusterSpec(workers=2, cpu=True)) == {}
+    assert recipe_env(ClusterSpec(workers=2)) == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    assert recipe_env(ClusterSpec(workers=1)) == {}
+    assert recipe_env(ClusterSpec(workers=2, gpus_per_worker=1)) == {}
+    assert recipe_env(ClusterSpec(workers=2, cpu=True)) == {}
     # The user's own --env value wins.
-    assert worker_env(ClusterSpec(workers=2, env={"TF_FORCE_GPU_ALLOW_GROWTH": "false"})) == {}
+    assert recipe_env(ClusterSpec(workers=2, env={"TF_FORCE_GPU_ALLOW_GROWTH": "false"})) == {}

@@ -60,9 +60,9 @@ def test_export_writes_script_launchers_runner_and_readme(tmp_path: Path) -> Non
     assert [c["task"] for c in configs] == [{"type": "worker", "index": i} for i in range(3)]
     expected = ["127.0.0.1:12345", "127.0.0.1:23456", "127.0.0.1:34567"]
     assert all(c["cluster"] == {"worker": expected} for c in configs)
-    # Only task.index differs between the launchers.
+    # Only the worker's index differs between the launchers.
     lines = [command_line(p) for p in job.launchers]
-    assert lines[1] == lines[0].replace('"index":0', '"index":1')
+    assert lines[1] == lines[0].replace('"index":0', '"index":1').replace("WORKER_INDEX=0", "WORKER_INDEX=1")
     assert job.addresses == tuple(expected)
 
 
@@ -93,11 +93,12 @@ def test_cluster_options_become_environment_variables(tmp_path: Path) -> None:
     assert "set_jit(True)" in job.script.read_text()
 
 
-def test_without_options_only_tf_config_is_set(tmp_path: Path) -> None:
+def test_without_options_only_what_every_worker_gets_is_set(tmp_path: Path) -> None:
+    base = ["TF_CPP_MIN_LOG_LEVEL", "MWNOTEBOOK_WORKER_INDEX", "MWNOTEBOOK_NUM_WORKERS", "TF_CONFIG"]
     job = export_cell("pass\n", tmp_path, ClusterSpec(workers=1, legacy_keras=False), ports=[1111])
-    assert list(assignments(command_line(job.launchers[0]))) == ["TF_CONFIG"]
+    assert list(assignments(command_line(job.launchers[0]))) == base
     job = export_cell("pass\n", tmp_path, ClusterSpec(workers=2, cpu=True, legacy_keras=False), ports=[1, 2])
-    assert list(assignments(command_line(job.launchers[1]))) == ["CUDA_VISIBLE_DEVICES", "TF_CONFIG"]
+    assert list(assignments(command_line(job.launchers[1]))) == [base[0], "CUDA_VISIBLE_DEVICES", *base[1:]]
 
 
 def test_hosts_drop_ssh_user_and_port_and_split_gpus_per_host(tmp_path: Path) -> None:

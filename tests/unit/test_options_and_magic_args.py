@@ -5,6 +5,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.config.worker_env import worker_envs
 from mwnotebook.errors import ConfigError
 from mwnotebook.frontend.magics import _parse, _spec, mwcluster_parser, mwtrain_parser
 
@@ -70,14 +71,14 @@ def test_spec_validation_outside_the_magic():
 
 def test_worker_env_sets_what_the_seed_sets():
     spec = ClusterSpec(workers=2, cpu=True, env={"X": "1"}, legacy_keras=True)
-    env = spec.worker_env(["127.0.0.1:1", "127.0.0.1:2"], 1)
+    env = worker_envs(spec, ["127.0.0.1:1", "127.0.0.1:2"])[1]
     assert env["CUDA_VISIBLE_DEVICES"] == "-1"
     assert env["TF_CPP_MIN_LOG_LEVEL"] == "2"
     assert env["TF_USE_LEGACY_KERAS"] == "1"
     assert env["X"] == "1"
     assert env["MWNOTEBOOK_WORKER_INDEX"] == "1"
     assert '"index":1' in env["TF_CONFIG"]
-    assert "TF_USE_LEGACY_KERAS" not in ClusterSpec(legacy_keras=False).worker_env(["a:1"], 0)
+    assert "TF_USE_LEGACY_KERAS" not in worker_envs(ClusterSpec(workers=1, legacy_keras=False), ["a:1"])[0]
 
 
 def test_equal_specs_share_a_cluster_and_different_ones_do_not():

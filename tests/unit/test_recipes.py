@@ -9,6 +9,7 @@ import pytest
 
 from mwnotebook import profiling, recipes
 from mwnotebook.config import worker_env as worker_setup
+from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
 
 
@@ -86,18 +87,12 @@ def test_setup_code_sets_policy_and_xla_and_nothing_else():
 
 
 def test_setup_code_reads_a_spec():
-    class Spec:
-        mixed_precision = "bfloat16"
-        xla = True
-        cpu = True
-        env = {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
-
-    code = worker_setup.setup_code(Spec())
+    spec = ClusterSpec(mixed_precision="bfloat16", xla=True, cpu=True, env={"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"})
+    code = worker_setup.setup_code(spec)
     assert "mixed_bfloat16" in code and "set_jit(True)" in code
-    assert worker_setup.worker_env(Spec()) == {
-        "TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}
-    assert worker_setup.worker_env(xla=True, cpu=False) == {}
-    assert worker_setup.worker_env(xla=False, cpu=True) == {}
+    assert worker_setup.recipe_env(spec) == {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}
+    assert worker_setup.recipe_env(ClusterSpec(workers=1, xla=True)) == {}
+    assert worker_setup.recipe_env(ClusterSpec(workers=1, cpu=True)) == {}
 
 
 def test_setup_code_rejects_unknown_precision():

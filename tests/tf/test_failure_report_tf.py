@@ -1,0 +1,90 @@
+"""What a failed cell shows, on real TensorFlow workers (the shared session cluster).
+
+1. Worker 1 kills itself (``os.kill(os.getpid(), 9)``) in the middle of a MultiWorkerMirroredStrategy
+   ``fit``. Worker 1's death is the cause; worker 0, whose collective lost its peer, is ONE line
+   (not its traceback, and not "frozen").
+2. The workers raise different errors: every distinct traceback is shown, the cause first.
+3. The same error on every worker: shown once, naming all workers; the workers are kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mwnotebook import WorkerDiedError, WorkerError
+
+pytestmark = [pytest.mark.tf, pytest.mark.slow]
+
+KILLED_MID_FIT = '''
+import os
+import numpy as np
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+index = int(os.environ["MWNOTEBOOK_WORKER_INDEX"])
+x = np.random.default_rng(0).normal(size=(256, 4)).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).repeat().batch(16)
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+
+class Die(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if index == 1 and batch == 5:
+            os.kill(os.getpid(), 9)
+
+model.fit(ds, epochs=1, steps_per_epoch=100_000, verbose=0, callbacks=[Die()])
+'''
+
+# Worker 0 raises only after worker 1 has (a stamp file orders them across the two processes).
+DIFFERENT_ERRORS = '''
+import os, time
+if os.environ["MWNOTEBOOK_WORKER_INDEX"] == "1":
+    open({stamp!r}, "w").close()
+    raise ValueError("worker 1: bad shape")
+while not os.path.exists({stamp!r}):
+    time.sleep(0.01)
+time.sleep(0.1)
+{{}}["label"]
+'''
+
+
+def plain(lines: list[str]) -> list[str]:
+    return [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in lines]
+
+
+def test_failure_report_on_real_workers(tf_cluster, tmp_path) -> None:
+    with pytest.raises(WorkerDiedError) as info:
+        tf_cluster.run(KILLED_MID_FIT, timeout=240)
+    err = info.value
+    cause, *others = err.failures
+    assert (cause.worker, cause.kind) == (1, "died") and "SIGKILL" in cause.exit_description
+    [peer] = others
+    assert peer.worker == 0 and peer.kind in ("consequence", "interrupted"), peer
+    rendered = plain(err._render_traceback_())
+    about_0 = [line for line in rendered if "worker 0" in line]
+    assert len(about_0) == 1, rendered  # one line, no frames
+    assert "frozen" not in "\n".join(rendered)
+    if peer.kind == "consequence":  # TF's error for the lost peer, or an interrupt ignored inside the collective
+        assert about_0[0] in ("[worker 0] worker 0 stopped: its collective lost worker 1 (UnavailableError)",
+                              "[worker 0] worker 0 stopped: it was waiting in a collective for worker 1 and "
+                              "ignored the interrupt"), about_0
+    assert len(rendered) <= 4, rendered  # cause, consequence, restart note, exception line
+
+    with pytest.raises(WorkerError) as info:
+        tf_cluster.run(DIFFERENT_ERRORS.format(stamp=str(tmp_path / "raised.1")), timeout=60)
+    err = info.value
+    assert [(f.worker, f.ename) for f in err.failures] == [(1, "ValueError"), (0, "KeyError")]
+    text = "\n".join(plain(err._render_traceback_()))
+    assert text.index("worker 1 raised ValueError") < text.index("worker 0 raised KeyError")
+    assert 'raise ValueError("worker 1: bad shape")' in text and '{}["label"]' in text  # both tracebacks
+    assert not err.restarted  # both workers finished by themselves
+
+    pids = [i.pid for i in tf_cluster.status()]
+    with pytest.raises(WorkerError) as info:
+        tf_cluster.run("import tensorflow as tf\nundefined_name_123\n", timeout=60)
+    rendered = plain(info.value._render_traceback_())
+    assert rendered[0] == "[workers 0, 1] workers 0, 1 raised NameError: name 'undefined_name_123' is not defined"
+    assert sum("Traceback (most recent call last)" in line for line in rendered) == 1  # the traceback once
+    assert [i.pid for i in tf_cluster.status()] == pids  # kept

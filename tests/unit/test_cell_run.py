@@ -1,0 +1,298 @@
+"""The fault policy of one cell (:class:`CellRun`) with fake workers, nbclient-style.
+
+Each fake worker plays a script of IOPub messages and an ``execute_reply`` content, and reacts to
+an interrupt the way a kernel does (a ``KeyboardInterrupt`` reply, TensorFlow's error for a lost
+peer, or nothing at all when frozen). The real-kernel tests (tests/integration,
+tests/reliability) cover the same policy against real processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from mwnotebook.engine import cell_run
+from mwnotebook.engine.cell_run import CellRun, CellVerdict
+from mwnotebook.engine.connection import ExecutionOutcome
+from mwnotebook.errors import (
+    ClusterInterrupted,
+    ClusterStartError,
+    ClusterTimeoutError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerFailure,
+    render_failures,
+)
+from mwnotebook.shared.events import WorkerOutput, WorkerStateChanged
+
+
+def error_reply(ename: str, evalue: str, frames: int = 3) -> dict[str, Any]:
+    tb = ["\x1b[0;31m------\x1b[0m", f"\x1b[0;31m{ename}\x1b[0m  Traceback (most recent call last)"]
+    tb += [f"File site-packages/frame_{k}.py, line {k}, in step_{k}" for k in range(frames)]
+    tb.append(f"\x1b[0;31m{ename}\x1b[0m: {evalue}")
+    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": tb, "user_expressions": {}}
+
+
+OK_REPLY = {"status": "ok", "user_expressions": {"settle": {"status": "ok", "data": {"text/plain": "False"}}}}
+KEYBOARD = error_reply("KeyboardInterrupt", "", frames=40)
+LOST_PEER = error_reply("UnavailableError", "Collective ops is aborted by: failed to connect to all addresses",
+                        frames=40)
+
+
+def stream(text: str) -> dict[str, Any]:
+    return {"msg_type": "stream", "parent_header": {"msg_id": "x"}, "content": {"name": "stdout", "text": text}}
+
+
+@dataclass
+class FakeHandle:
+    index: int
+    host: str = "fake"
+    pid: int | None = None
+    alive: bool = True
+    description: str = ""
+    interrupts: int = 0
+    interrupted: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def is_alive(self) -> bool:
+        return self.alive
+
+    def exit_description(self) -> str:
+        return "" if self.alive else self.description
+
+    async def interrupt(self) -> None:
+        self.interrupts += 1
+        self.interrupted.set()
+
+    async def kill(self) -> None:
+        self.alive = False
+
+
+@dataclass
+class FakeWorker:
+    """A kernel that prints ``outputs``, then after ``delay`` s replies ``reply``.
+
+    ``reply=None`` runs until interrupted, then replies ``on_interrupt`` (``None``: ignores the
+    interrupt, like a frozen process). ``dies_after`` ends the process instead of replying; ``lose``
+    makes the channel fail (an exception from execute).
+    """
+
+    index_: int
+    reply: dict[str, Any] | None = None
+    delay: float = 0.0
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    on_interrupt: dict[str, Any] | None = field(default_factory=lambda: KEYBOARD)
+    dies_after: float | None = None
+    lose: bool = False
+    handle: FakeHandle = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.handle = FakeHandle(self.index_)
+
+    @property
+    def index(self) -> int:
+        return self.index_
+
+    async def execute(self, code: str, on_output: Any, silent: bool = False,
+                      user_expressions: dict[str, str] | None = None) -> ExecutionOutcome:
+        assert user_expressions and "settle" in user_expressions
+        for msg in self.outputs:
+            on_output(msg)
+        if self.lose:
+            await asyncio.sleep(self.delay)
+            raise ConnectionResetError("channel closed")
+        if self.dies_after is not None:
+            await asyncio.sleep(self.dies_after)
+            self.handle.alive = False
+            self.handle.description = "killed by SIGKILL"
+            await asyncio.Event().wait()  # a dead kernel never answers
+        if self.reply is not None:
+            await asyncio.sleep(self.delay)
+            return outcome(self.reply)
+        await self.handle.interrupted.wait()
+        if self.on_interrupt is None:
+            await asyncio.Event().wait()
+        return outcome(self.on_interrupt)
+
+
+def outcome(content: dict[str, Any]) -> ExecutionOutcome:
+    """What :class:`~mwnotebook.engine.connection.Worker` makes of an execute_reply's content."""
+    return ExecutionOutcome(status=content.get("status", "error"), ename=content.get("ename", ""),
+                            evalue=content.get("evalue", ""), traceback=list(content.get("traceback", [])),
+                            user_expressions=dict(content.get("user_expressions") or {}))
+
+
+@pytest.fixture(autouse=True)
+def fast_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cell_run, "LIVENESS_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(cell_run, "INTERRUPT_GRACE_SECONDS", 0.2)
+    monkeypatch.setattr(cell_run, "SETTLE_SECONDS", 0.05)
+
+
+def run_cell(*workers: FakeWorker, timeout: float | None = None, abort_after: float | None = None,
+             ) -> tuple[CellVerdict, list[Any]]:
+    events: list[Any] = []
+
+    async def main() -> CellVerdict:
+        abort = asyncio.Event()
+        if abort_after is not None:
+            asyncio.get_running_loop().call_later(abort_after, abort.set)
+        return await CellRun(list(workers), "cell", timeout, abort, events.append).run()
+
+    return asyncio.run(main()), events
+
+
+def render_failures_plain(lines: list[str]) -> list[str]:
+    """Rendered lines without their colour codes."""
+    return [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in lines]
+
+
+def plain(lines: list[str]) -> str:
+    return "\n".join(render_failures_plain(lines))
+
+
+def test_all_workers_succeed() -> None:
+    verdict, events = run_cell(FakeWorker(0, OK_REPLY, outputs=[stream("a\n")]), FakeWorker(1, OK_REPLY))
+    assert verdict.ok and verdict.failures == [] and not verdict.workers_spoiled
+    assert verdict.result.stdout(0) == "a\n"
+    assert not verdict.needs_release()
+    states = [(e.worker, e.state) for e in events if isinstance(e, WorkerStateChanged)]
+    assert sorted(states) == [(0, "done"), (0, "running"), (1, "done"), (1, "running")]
+    assert any(isinstance(e, WorkerOutput) for e in events)
+
+
+def test_raise_on_one_worker_interrupts_the_others() -> None:
+    w0 = FakeWorker(0)  # runs until interrupted
+    verdict, _ = run_cell(w0, FakeWorker(1, error_reply("ValueError", "bad batch"), delay=0.02))
+    assert verdict.trigger == "failure" and verdict.workers_spoiled
+    assert [(f.worker, f.kind) for f in verdict.failures] == [(1, "error"), (0, "interrupted")]
+    assert w0.handle.interrupts == 1
+    err = verdict.error(restarted=True)
+    assert isinstance(err, WorkerError) and err.restarted and err.worker == 1
+    text = plain(err._render_traceback_())
+    assert text.splitlines()[0] == "[worker 1] worker 1 raised ValueError: bad batch"
+    assert "[worker 0] worker 0 was interrupted" in text
+    assert "step_39" not in text  # the interrupted worker's KeyboardInterrupt traceback is not shown
+
+
+def test_a_dead_worker_is_the_cause_and_its_peer_a_one_line_consequence() -> None:
+    w0 = FakeWorker(0, on_interrupt=LOST_PEER)
+    verdict, events = run_cell(w0, FakeWorker(1, dies_after=0.02))
+    assert verdict.trigger == "died" and verdict.workers_spoiled
+    first, second = verdict.failures
+    assert (first.worker, first.kind, first.exit_description) == (1, "died", "killed by SIGKILL")
+    assert (second.worker, second.kind, second.peer) == (0, "consequence", 1)
+    err = verdict.error(restarted=False)
+    assert isinstance(err, WorkerDiedError)
+    lines = render_failures_plain(err._render_traceback_())
+    assert lines[:2] == ["[worker 1] worker 1 died (killed by SIGKILL)",
+                         "[worker 0] worker 0 stopped: its collective lost worker 1 (UnavailableError)"]
+    assert not any("frame_" in line for line in lines)  # no frames of the consequence
+    assert (1, "failed", "killed by SIGKILL") in [(e.worker, e.state, e.error) for e in events
+                                                  if isinstance(e, WorkerStateChanged)]
+
+
+def test_a_peer_blocked_in_a_collective_is_not_called_frozen() -> None:
+    verdict, _ = run_cell(FakeWorker(0, on_interrupt=None), FakeWorker(1, dies_after=0.02))
+    assert [(f.worker, f.kind) for f in verdict.failures] == [(1, "died"), (0, "consequence")]
+    text = str(verdict.error(restarted=True))
+    assert "frozen" not in text and "worker 0 stopped: it was waiting in a collective for worker 1" in text
+
+
+def test_a_frozen_worker_alone_is_reported_as_unresponsive() -> None:
+    verdict, _ = run_cell(FakeWorker(0, on_interrupt=None), FakeWorker(1, error_reply("ValueError", "x"), delay=0.01))
+    kinds = [(f.worker, f.kind) for f in verdict.failures]
+    # worker 0's process state cannot be seen (a fake): it ignored the interrupt while worker 1 raised,
+    # so it was waiting for worker 1 -- a consequence, listed after the cause.
+    assert kinds == [(1, "error"), (0, "consequence")]
+
+
+def test_timeout_interrupts_the_late_worker() -> None:
+    verdict, _ = run_cell(FakeWorker(0, OK_REPLY), FakeWorker(1), timeout=0.1)
+    assert verdict.trigger == "timeout" and verdict.workers_spoiled
+    assert [(f.worker, f.kind) for f in verdict.failures] == [(1, "timeout")]
+    assert isinstance(verdict.error(restarted=True), ClusterTimeoutError)
+
+
+def test_user_interrupt_stops_everyone() -> None:
+    verdict, _ = run_cell(FakeWorker(0), FakeWorker(1), abort_after=0.05)
+    assert verdict.trigger == "interrupted"
+    assert {f.kind for f in verdict.failures} == {"interrupted"}
+    assert isinstance(verdict.error(restarted=True), ClusterInterrupted)
+
+
+def test_the_same_error_everywhere_keeps_the_workers_and_is_shown_once() -> None:
+    reply = error_reply("NameError", "name 'x' is not defined")
+    verdict, _ = run_cell(FakeWorker(0, reply), FakeWorker(1, reply), FakeWorker(2, reply))
+    assert verdict.trigger == "failure"
+    assert not verdict.workers_spoiled  # every worker finished on its own: variables are kept
+    assert verdict.needs_release()
+    lines = render_failures_plain(verdict.error(restarted=False)._render_traceback_())
+    assert lines[0] == "[workers 0, 1, 2] workers 0, 1, 2 raised NameError: name 'x' is not defined"
+    assert sum("frame_0" in line for line in lines) == 1
+
+
+def test_different_errors_are_all_shown_cause_first() -> None:
+    verdict, _ = run_cell(FakeWorker(0, error_reply("KeyError", "'label'"), delay=0.04),
+                          FakeWorker(1, error_reply("ValueError", "bad shape"), delay=0.01))
+    assert [f.worker for f in verdict.failures] == [1, 0]  # the error the notebook saw first
+    lines = render_failures_plain(verdict.error(restarted=False)._render_traceback_())
+    heads = [line for line in lines if line.startswith("[worker")]
+    assert heads == ["[worker 1] worker 1 raised ValueError: bad shape", "[worker 0] worker 0 raised KeyError: 'label'"]
+    assert sum("frame_0" in line for line in lines) == 2  # both tracebacks are there
+
+
+def test_consequential_errors_follow_the_cause() -> None:
+    verdict, _ = run_cell(FakeWorker(0, LOST_PEER, delay=0.01), FakeWorker(1, error_reply("ValueError", "boom"),
+                                                                               delay=0.02))
+    assert [(f.worker, f.kind, f.peer) for f in verdict.failures] == [(1, "error", None), (0, "consequence", 1)]
+    terminal = render_failures(verdict.failures, terminal=True, color=False)
+    assert terminal[0] == "mwnotebook: worker 1 raised ValueError: boom"
+    assert terminal[-1] == "mwnotebook: worker 0 stopped: its collective lost worker 1 (UnavailableError)"
+    assert all(line.startswith(("mwnotebook: ", "[worker 1] ")) for line in terminal)
+
+
+def test_consequential_errors_alone_stay_errors() -> None:
+    verdict, _ = run_cell(FakeWorker(0, LOST_PEER), FakeWorker(1, LOST_PEER))
+    assert {f.kind for f in verdict.failures} == {"error"}
+
+
+def test_a_lost_channel_counts_as_a_dead_worker() -> None:
+    verdict, _ = run_cell(FakeWorker(0, OK_REPLY), FakeWorker(1, lose=True, delay=0.01))
+    assert [(f.worker, f.kind) for f in verdict.failures] == [(1, "died")]
+    assert "connection lost: ConnectionResetError" in verdict.failures[0].exit_description
+    assert isinstance(verdict.error(restarted=True), WorkerDiedError)
+
+
+def test_a_diagnosed_error_asks_for_fresh_workers() -> None:
+    reply = error_reply("RuntimeError", "Collective ops must be configured at program startup")
+    verdict, _ = run_cell(FakeWorker(0, reply), FakeWorker(1, reply))
+    assert verdict.workers_spoiled and "strategy first" in verdict.failures[0].hint
+
+
+def test_run_errors_survive_pickling() -> None:
+    verdict, _ = run_cell(FakeWorker(0, LOST_PEER, delay=0.01), FakeWorker(1, dies_after=0.0))
+    for restarted in (True, False):
+        err = verdict.error(restarted=restarted)
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and back.restarted is restarted
+        assert back.failures == err.failures and str(back) == str(err) and back.worker == err.worker
+
+
+@pytest.mark.parametrize("cls", [WorkerError, WorkerDiedError, ClusterTimeoutError, ClusterInterrupted])
+def test_every_run_error_class_pickles(cls: type) -> None:
+    failures = [WorkerFailure(1, "error", "ValueError", "x", ["tb"], seen_at=0.5),
+                WorkerFailure(0, "consequence", "UnavailableError", peer=1)]
+    err = cls(failures, restarted=True, detail="while running")
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), back.failures, back.restarted, back.detail, str(back)) == \
+        (cls, err.failures, True, "while running", str(err))
+
+
+def test_start_errors_pickle_with_their_worker_and_host() -> None:
+    back = pickle.loads(pickle.dumps(ClusterStartError("no python", worker=1, host="gpu1")))
+    assert (str(back), back.worker, back.host) == ("no python", 1, "gpu1")

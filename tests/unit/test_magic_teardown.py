@@ -1,0 +1,57 @@
+"""``%%mwtrain`` always ends its live view, even when a second Ctrl-C cuts the run short."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mwnotebook.errors import WorkerError, WorkerFailure
+from mwnotebook.frontend import magics
+
+
+class FakeDashboard:
+    def __init__(self) -> None:
+        self.finished: list[Any] = []
+
+    def __call__(self, event: Any) -> None:
+        pass
+
+    def finish(self, result: Any = None) -> None:
+        self.finished.append(result)
+
+
+class FakeCluster:
+    """Started already; ``run`` raises what the test says (as Cluster.run does after a 2nd Ctrl-C)."""
+
+    started = True
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def run(self, code: str, on_event: Any = None, timeout: float | None = None) -> Any:
+        raise self.error
+
+
+class FakeSession(magics.NotebookSession):
+    def __init__(self, cluster: FakeCluster) -> None:
+        super().__init__()
+        self.fake = cluster
+
+    def cluster_for(self, spec: Any) -> Any:
+        return self.fake
+
+    def announce(self, cluster: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), WorkerError([WorkerFailure(0, "error", "E", "x")], False)],
+                         ids=["second ctrl-c", "worker error"])
+def test_the_live_dashboard_is_finished_however_the_run_ends(error: BaseException,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    dashboard = FakeDashboard()
+    monkeypatch.setattr(magics, "_make_dashboard", lambda workers: dashboard)
+    cell = magics.MWMagics(None, session=FakeSession(FakeCluster(error)))
+    with pytest.raises(type(error)):
+        cell.mwtrain("--workers 2 --cpu", "print(1)")
+    assert dashboard.finished == [None]
