@@ -33,6 +33,8 @@ def test_lesson_notebook_runs_the_cell_in_three_places(slurm_env: slurm_cluster.
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     net = slurm_env.net
     monkeypatch.setenv("HOME", str(net.home))  # the test hosts' ~/.ssh/config, key and known_hosts
+    # OpenSSH reads the passwd home's ~/.ssh/config whatever HOME says: name the test config as ssh -F would
+    monkeypatch.setenv("MWNOTEBOOK_SSH_CONFIG", str(net.ssh_config))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     monkeypatch.setenv("MWNOTEBOOK_HOSTS", ",".join(h.alias for h in net.hosts))
     monkeypatch.setenv("MWNOTEBOOK_SLURM", "-N 2")

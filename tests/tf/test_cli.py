@@ -30,6 +30,8 @@ class CommandRun:
     def __init__(self, args: list[str], cwd: Path) -> None:
         env = dict(os.environ)
         env.pop("TF_CONFIG", None)
+        # Processes this test process already had (a session-wide cluster of other tests) are not the command's.
+        self.preexisting = {p.pid for p in psutil.Process().children(recursive=True)}
         self.proc = subprocess.Popen([sys.executable, "-m", "mwnotebook.frontend.cli", *args], cwd=cwd, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
         self.stdout: list[tuple[float, str]] = []
@@ -97,7 +99,7 @@ class CommandRun:
         deadline = time.monotonic() + 3
         while True:
             alive = {pid: cmd for pid, cmd in self.descendants.items() if _alive(pid)}
-            alive.update({p.pid: " ".join(p.cmdline()[:4]) for p in _own_orphans()})
+            alive.update({p.pid: " ".join(p.cmdline()[:4]) for p in _own_orphans() if p.pid not in self.preexisting})
             if not alive or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
