@@ -80,6 +80,9 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local workers' TensorFlow ports: 'private' keeps them in a network namespace "
                              "unreachable from other machines, 'host' puts them on this machine's network, "
                              "'auto' (default) is private where this machine allows it")
+    parser.add_argument("--no-template", action="store_true",
+                        help="start every local worker as a fresh interpreter instead of forking it from "
+                             "a process that has TensorFlow imported already (slower; same workers)")
 
 
 def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
@@ -100,6 +103,6 @@ def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
         workers=ns.workers, cpu=ns.cpu, env=env, legacy_keras=False if ns.no_legacy_keras else None,
         python=ns.python, hosts=hosts, workers_per_host=ns.workers_per_host, tf_address=ns.tf_address,
         gpus_per_worker=ns.gpus_per_worker, collective=ns.collective, mixed_precision=ns.mixed_precision,
-        xla=ns.xla, preload=ns.preload, network=ns.network)
+        xla=ns.xla, preload=ns.preload, network=ns.network, template=not getattr(ns, "no_template", False))
     return ClusterSpec(**fields)
 

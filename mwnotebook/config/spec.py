@@ -57,6 +57,9 @@ class ClusterSpec:
     # %%mwtrain of the same topology, and vice versa.
     preload: bool = field(default=False, compare=False)
     network: str = "auto"
+    # Fork local workers from a TensorFlow-imported template (launchers/template.py); the workers
+    # are the same either way.
+    template: bool = field(default=True, compare=False)
     startup_timeout: float = field(default=60.0, compare=False)
 
     def __post_init__(self) -> None:

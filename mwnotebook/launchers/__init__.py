@@ -19,4 +19,8 @@ def make_launcher(spec: ClusterSpec) -> Launcher:
         from mwnotebook.launchers.ssh import SSHLauncher  # imported lazily: asyncssh is only needed for remote hosts
 
         return SSHLauncher.from_spec(spec)
-    return LocalLauncher(python=spec.python, network=spec.network)
+    # The environment all workers share decides which worker template can fork them (TF_CONFIG and
+    # the other per-worker values are set after the fork).
+    startup_env = spec.worker_env(["127.0.0.1:0"] * spec.workers, 0)
+    return LocalLauncher(python=spec.python, network=spec.network, startup_env=startup_env,
+                         template=spec.template)
