@@ -35,6 +35,7 @@ the notebook.
 from __future__ import annotations
 
 import argparse
+import atexit
 import ctypes
 import importlib.util
 import json
@@ -187,6 +188,7 @@ class Template:
         _show_as_worker(os.getppid())
         sys.argv = [worker_kernel.__file__, *argv]
         worker_kernel.serve(argv)
+        atexit._run_exitfuncs()  # what interpreter exit would do; the caller then leaves with os._exit
 
 
 def _pidfd(pid: int) -> int | None:
