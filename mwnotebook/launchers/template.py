@@ -60,7 +60,9 @@ class TemplateNamespaceError(TemplateUnavailable):
 
 
 def templates_disabled() -> bool:
-    return os.environ.get(DISABLE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
+    """Off by ``MWNOTEBOOK_TEMPLATE=0``, or where processes cannot fork (not POSIX)."""
+    return not hasattr(os, "fork") or \
+        os.environ.get(DISABLE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
 
 
 def is_load_time(name: str) -> bool:
