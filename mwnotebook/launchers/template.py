@@ -38,12 +38,16 @@ log = logging.getLogger(__name__)
 PER_WORKER_ENV = frozenset({"TF_CONFIG", "CUDA_VISIBLE_DEVICES", "MWNOTEBOOK_WORKER_INDEX",
                             "MWNOTEBOOK_NUM_WORKERS", "MWNOTEBOOK_PARENT_PID"})
 
+#: TensorFlow variables read when the runtime starts (the GPU allocator), not while it loads; set in
+#: the child like the per-worker ones, so that a one-worker and a two-worker cluster share a template.
+RUNTIME_ENV = frozenset({"TF_FORCE_GPU_ALLOW_GROWTH"})
+
 #: Name prefixes of variables that may be read while the interpreter, TensorFlow or a native library
 #: loads (interpreter set-up, dynamic linker, TF/XLA/CUDA/NCCL flags, OpenMP/MKL/BLAS thread pools,
 #: Keras backend). A worker whose value differs needs a template of its own. Erring on the side of
 #: "load-time" only costs an extra template.
 LOAD_TIME_PREFIXES = ("TF_", "XLA_", "PYTHON", "LD_", "CUDA_", "NCCL_", "TPU_", "OMP_", "KMP_", "MKL",
-                      "OPENBLAS", "GOTO", "KERAS_", "GRPC_", "MALLOC", "JAX_", "ABSL")
+                      "OPENBLAS", "GOTO", "KERAS_", "GRPC_", "MALLOC", "JAX_", "ABSL", "PYDEVD")
 
 #: Set to 0 to turn worker templates off for every cluster of this process (like ``--no-template``).
 DISABLE_VARIABLE = "MWNOTEBOOK_TEMPLATE"
@@ -66,7 +70,7 @@ def templates_disabled() -> bool:
 
 
 def is_load_time(name: str) -> bool:
-    return name not in PER_WORKER_ENV and name.startswith(LOAD_TIME_PREFIXES)
+    return name not in PER_WORKER_ENV and name not in RUNTIME_ENV and name.startswith(LOAD_TIME_PREFIXES)
 
 
 def startup_key(python: str, private_network: bool, env: Mapping[str, str]) -> tuple[Any, ...]:

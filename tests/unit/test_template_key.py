@@ -14,6 +14,10 @@ def test_per_worker_values_do_not_change_the_template():
     addresses = [f"127.0.0.1:{2000 + i}" for i in range(4)]
     keys = {startup_key("/py", True, {**BASE, **spec.worker_env(addresses, i)}) for i in range(4)}
     assert len(keys) == 1  # TF_CONFIG, the worker index and CUDA_VISIBLE_DEVICES are set after the fork
+    one = ClusterSpec(workers=1)  # no TF_FORCE_GPU_ALLOW_GROWTH (read when GPUs initialise, not at load)
+    two = ClusterSpec(workers=2)
+    assert startup_key("/py", True, {**BASE, **one.worker_env(addresses[:1], 0)}) == \
+        startup_key("/py", True, {**BASE, **two.worker_env(addresses[:2], 0)})
 
 
 def test_load_time_variables_need_their_own_template():
