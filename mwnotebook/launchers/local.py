@@ -31,6 +31,7 @@ from mwnotebook.config.tf_config import PortReservation, format_address
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.netns import NamespaceUnavailable, NetworkNamespace
 from mwnotebook.launchers.template import (
+    TemplateNamespaceError,
     TemplateUnavailable,
     WorkerTemplate,
     pool,
@@ -286,8 +287,17 @@ class LocalLauncher:
         """Find (or start) the template and reserve the TF ports where its workers will live."""
         env = worker_process_env(self._startup_env or {})
         private = self.network in ("auto", "private")
-        template = pool.get(self.python, env, private)
-        await template.wait_ready()
+        try:
+            template = pool.get(self.python, env, private)
+            await template.wait_ready()
+        except TemplateNamespaceError as exc:
+            if self.network != "auto":
+                raise
+            template = pool.get(self.python, env, False)  # where no namespace can be made: the host network
+            await template.wait_ready()
+            private = False
+            self.network_note = f"no private network namespace ({exc})"
+            log.warning("TensorFlow ports stay on the host network: %s", exc)
         if private:
             self._template_ports = await template.reserve_ports(count)
             self._ports = list(self._template_ports)
