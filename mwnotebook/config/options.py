@@ -86,6 +86,9 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                              "runs in (SLURM_JOB_ID)")
     parser.add_argument("--slurm-job", default=None, metavar="JOBID",
                         help="run workers as job steps of this existing Slurm allocation")
+    parser.add_argument("--no-template", action="store_true",
+                        help="start every local worker as a fresh interpreter instead of forking it from "
+                             "a process that has TensorFlow imported already (slower; same workers)")
 
 
 def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
@@ -108,6 +111,7 @@ def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
         python=ns.python, hosts=hosts, workers_per_host=ns.workers_per_host, tf_address=ns.tf_address,
         gpus_per_worker=ns.gpus_per_worker, collective=ns.collective, mixed_precision=ns.mixed_precision,
         xla=ns.xla, preload=ns.preload, network=ns.network,
+        template=not getattr(ns, "no_template", False),
         slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None))
     if (fields["slurm"] is not None or fields["slurm_job"] is not None) and getattr(ns, "timeout", None):
         fields["startup_timeout"] = ns.timeout  # --timeout also bounds the wait in Slurm's queue

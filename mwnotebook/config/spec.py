@@ -55,6 +55,9 @@ class ClusterSpec:
     # %%mwtrain of the same topology, and vice versa.
     preload: bool = field(default=False, compare=False)
     network: str = "auto"
+    # Fork local workers from a TensorFlow-imported template (launchers/template.py); the workers
+    # are the same either way.
+    template: bool = field(default=True, compare=False)
     startup_timeout: float = field(default=60.0, compare=False)
     #: ``--slurm``: salloc arguments ("" = none, or the allocation we are in); ``--slurm-job``: a job id.
     slurm: str | None = None

@@ -218,6 +218,9 @@ def register(ipython: Any) -> None:
     MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
     MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
     ipython.register_magics(_magics)
+    from mwnotebook.launchers.local import prestart_in_background  # issue 13: TF imported while the user types
+
+    prestart_in_background()
 
 
 def unregister(ipython: Any) -> None:

@@ -23,4 +23,10 @@ def make_launcher(spec: ClusterSpec) -> Launcher:
         from mwnotebook.launchers.ssh import SSHLauncher  # imported lazily: asyncssh is only needed for remote hosts
 
         return SSHLauncher.from_spec(spec)
-    return LocalLauncher(python=spec.python, network=spec.network)
+    # The environment all workers share decides which worker template can fork them (TF_CONFIG and
+    # the other per-worker values are set after the fork).
+    from mwnotebook.config.worker_env import worker_envs
+
+    startup_env = worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]
+    return LocalLauncher(python=spec.python, network=spec.network, startup_env=startup_env,
+                         template=spec.template)

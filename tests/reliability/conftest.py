@@ -33,7 +33,8 @@ DATA = ROOT / "tests" / "data"
 HERE = pathlib.Path(__file__).resolve().parent
 SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
 #: Processes mwnotebook starts: worker kernels and the holders of private network namespaces.
-MW_MODULES = ("mwnotebook.launchers.entry.worker_kernel", "mwnotebook.launchers.entry.netns_holder")
+MW_MODULES = ("mwnotebook.launchers.entry.worker_kernel", "mwnotebook.launchers.entry.netns_holder",
+              "mwnotebook.launchers.entry.worker_template")
 WORKER_KERNELS = ("mwnotebook.launchers.entry.worker_kernel",)
 
 #: A tf_keras ``fit`` that would run for hours; each worker drops a stamp file at batch 5 (training is

@@ -3,6 +3,10 @@
 It is ipykernel plus one guarantee: the worker never outlives the process that started it. Linux's
 ``PR_SET_PDEATHSIG`` kills it when its parent dies (even by SIGKILL), and a watch thread covers
 systems without prctl. A worker left running would hold TensorFlow ports and memory forever.
+
+Two ways in, one way on: :func:`main` (a fresh interpreter, the exec path) and a child forked from a
+worker template (``worker_template.py``, which handles parent death its own way) both end in
+:func:`serve`, so a forked worker is the same kernel as an exec'd one.
 """
 
 from __future__ import annotations
@@ -66,13 +70,26 @@ class _ScriptLevelTensorFlowLogs(importlib.abc.MetaPathFinder):
         return spec
 
 
+def script_level_tensorflow_logs() -> None:
+    """Install the hook before TensorFlow is imported (here, or in a worker template)."""
+    if "tensorflow" in sys.modules:
+        logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    elif not any(isinstance(f, _ScriptLevelTensorFlowLogs) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ScriptLevelTensorFlowLogs())
+
+
+def serve(argv: list[str] | None = None) -> None:
+    """Run the worker kernel (``argv``: ipykernel's arguments, e.g. ``-f FILE``; default sys.argv[1:])."""
+    script_level_tensorflow_logs()
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance(argv)
+
+
 def main() -> None:
     expected_parent = int(os.environ.pop("MWNOTEBOOK_PARENT_PID", os.getppid()))
     _die_with_parent(expected_parent)
-    sys.meta_path.insert(0, _ScriptLevelTensorFlowLogs())
-    from ipykernel import kernelapp
-
-    kernelapp.launch_new_instance()
+    serve()
 
 
 if __name__ == "__main__":
