@@ -21,6 +21,8 @@ from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.relay import TextRelay
 from mwnotebook.engine.result import RunResult
 from mwnotebook.errors import ConfigError, MWNotebookError
+from mwnotebook.frontend.live_chart import ChartOnFirstMetric
+from mwnotebook.frontend.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.views import security_notice, status_bundle, tf_config_bundle
 from mwnotebook.shared.events import Event, EventSink
 
@@ -46,6 +48,9 @@ def mwtrain_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                         help="fail the cell if any worker runs longer than this")
     parser.add_argument("--no-dashboard", action="store_true", help="no live chart, text output only")
+    parser.add_argument("--show-tf-startup", action="store_true",
+                        help=("show TensorFlow's start-up notices (CPU features, oneDNN, CUDA driver); "
+                              "hidden by default"))
     parser.add_argument("--export", default=None, metavar="DIR",
                         help="also write the cell as a script plus one launcher per worker into DIR")
     return parser
@@ -137,29 +142,20 @@ class MWMagics(Magics):
 
             print(export_cell(cell, ns.export, spec).summary())
         cluster = self.session.cluster_for(spec)
-        relay = TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m))
-        sinks: list[EventSink] = [relay]
-        dashboard = None
-        if not ns.no_dashboard:
-            dashboard = _make_dashboard(spec.workers)
-            if dashboard is not None:
-                sinks.insert(0, dashboard)
-        on_event = _fan_out(*sinks)
+        output = _output_sink(self.shell, spec.workers, ns.show_tf_startup)
+        chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
+        on_event = _fan_out(*([chart] if chart is not None else []), output)
         try:
             if not cluster.started:
                 cluster.start()
             self.session.announce(cluster)
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
         except MWNotebookError as exc:
-            relay.flush()
-            if dashboard is not None:
-                dashboard.finish(None)
+            _finish(output, chart, None)
             if isinstance(exc, ConfigError):
                 raise UsageError(str(exc)) from None
             raise
-        relay.flush()
-        if dashboard is not None:
-            dashboard.finish(result)
+        _finish(output, chart, result)
         self.session.last_result = result
         # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
         # mw_result.metrics_frame(), mw_result.stdout(i).
@@ -188,15 +184,23 @@ class MWMagics(Magics):
             print(f"mwnotebook: restarted {cluster.spec.workers} workers")
 
 
-def _make_dashboard(num_workers: int) -> Any:
-    """The live chart, when the dashboard module is available."""
-    try:
-        from mwnotebook.dashboard import Dashboard  # noqa: PLC0415
-    except ImportError:
-        return None
-    dashboard = Dashboard(num_workers)
-    dashboard.display()
-    return dashboard
+def _output_sink(shell: Any, num_workers: int, show_startup: bool) -> EventSink:
+    """Per-worker output areas where a frontend draws displays (a Jupyter kernel); labelled text
+    lines elsewhere (a terminal IPython, tests)."""
+    show = True if show_startup else None  # None: the environment's default
+    if getattr(shell, "kernel", None) is not None:
+        return WorkerOutputAreas(num_workers, show_startup=show)
+    return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show)
+
+
+def _finish(output: EventSink, chart: ChartOnFirstMetric | None, result: RunResult | None) -> None:
+    """Last state of the output and the chart, however the run ended."""
+    if isinstance(output, WorkerOutputAreas):
+        output.finish()
+    elif isinstance(output, TextRelay):
+        output.flush()
+    if chart is not None:
+        chart.finish(result)
 
 
 _magics: MWMagics | None = None
