@@ -70,6 +70,9 @@ def main() -> None:
     expected_parent = int(os.environ.pop("MWNOTEBOOK_PARENT_PID", os.getppid()))
     _die_with_parent(expected_parent)
     sys.meta_path.insert(0, _ScriptLevelTensorFlowLogs())
+    from mwnotebook.launchers.entry import worker_hooks  # fit draws live curves; tqdm.auto as text
+
+    worker_hooks.install()
     from ipykernel import kernelapp
 
     kernelapp.launch_new_instance()
