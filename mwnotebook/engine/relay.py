@@ -108,11 +108,16 @@ class LineLabeller:
         self.hidden: dict[int, int] = {}
 
     def feed(self, worker: int, stream: str, text: str) -> str:
+        return "".join(f"{line}\n" for line in self.feed_lines(worker, stream, text))
+
+    def feed_lines(self, worker: int, stream: str, text: str) -> list[str]:
+        """The labelled lines ``text`` finishes (without their newlines); start-up chatter left out."""
         key = (worker, stream)
         text = self._pending.pop(key, "") + text.replace("\r\n", "\n")
         *complete, rest = text.split("\n")
         if rest:
-            self._pending[key] = rest
+            cut = rest.rfind("\r")  # keep what is needed to go on rendering, not every frame
+            self._pending[key] = render_line(rest[:cut]) + rest[cut:] if cut > 0 else rest
         label = worker_label(worker)
         out = []
         for line in complete:
@@ -120,12 +125,24 @@ class LineLabeller:
             if not self.show_startup and stream == "stderr" and is_startup_chatter(shown):
                 self.hidden[worker] = self.hidden.get(worker, 0) + 1
                 continue
-            out.append(f"{label}{shown}\n")
-        return "".join(out)
+            out.append(f"{label}{shown}")
+        return out
+
+    def rewrites(self, worker: int, stream: str) -> bool:
+        """Whether the unfinished line of ``worker`` is being redrawn (``\r`` / ``\b``: a progress bar)."""
+        raw = self._pending.get((worker, stream), "")
+        return "\r" in raw or "\x08" in raw
 
     def partial(self, worker: int, stream: str) -> str:
         """The unfinished line of ``worker`` as it shows now ('' when there is none)."""
         return render_line(self._pending.get((worker, stream), ""))
+
+    def take_partial(self, worker: int, stream: str) -> str:
+        """The unfinished line of ``worker``, rendered, and forget it."""
+        return render_line(self._pending.pop((worker, stream), ""))
+
+    def pending_keys(self) -> list[tuple[int, str]]:
+        return list(self._pending)
 
     def flush(self) -> list[tuple[str, str]]:
         """Any held-back partial lines, as ``(stream, labelled_text)``."""

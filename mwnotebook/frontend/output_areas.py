@@ -1,17 +1,17 @@
-"""Each worker's output in its own labelled area of the cell, updated in place.
+r"""Worker output in the cell as a plain kernel would show it, labelled ``[worker i]``.
 
-A plain kernel's output area is a terminal of sorts: ``\\r`` rewrites the current line (Keras
-``verbose=1``, tqdm), ``clear_output(wait=True)`` empties it. With N workers writing into one cell
-that breaks, so every worker gets one display of its own (created at its first output, so the cell
-reads top to bottom in the order things happened) holding its screen: finished lines plus the live,
-unfinished line, every line labelled ``[worker i]``. The display is updated in place
-(``update_display_data``) at most :data:`UPDATES_PER_S` times a second per worker, so a saved
-notebook holds each worker's final screen, not every frame.
-
-Bounded: an area keeps the last :data:`MAX_LINES` lines and says how many earlier ones it left out
-(all of them are in the cell's ``mw_result``). Rich output (figures, tables) is shown as it comes,
-labelled; identical ``execute_result``\\ s of all workers (the ``History`` object of every worker's
-``fit``) are shown once, labelled with every worker that returned it.
+* Finished lines are ordinary stream output (stdout / stderr), labelled, in arrival order, shown as
+  a terminal shows them (a line redrawn with ``\r`` appears in its last state).
+* A line a worker keeps redrawing (``\r`` or ``\b``: Keras ``verbose=1``, tqdm) gets a display of
+  its own, updated in place at most :data:`UPDATES_PER_S` times a second: one live, labelled line
+  per worker that advances while the epoch runs. When the line ends, the display keeps its final
+  state, so a saved notebook holds one line per bar, not every frame.
+* ``clear_output`` in a worker moves that worker's further output into one area of its own
+  (a display, the last :data:`MAX_LINES` lines, saying how many it left out) that the worker's
+  ``clear_output(wait=True)`` empties, without touching the other workers' output.
+* Rich output (figures, tables) is shown as it comes, labelled; identical ``execute_result`` outputs of
+  all workers (the ``History`` of every worker's ``fit``) are shown once, labelled for all of them.
+* TensorFlow's start-up chatter is left out (``--show-tf-startup`` shows it).
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from __future__ import annotations
 import html
 import json
 import re
+import sys
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
-from mwnotebook.engine.relay import is_startup_chatter, render_line, show_startup_default, worker_label
+from mwnotebook.engine.relay import LineLabeller, is_startup_chatter, render_line, worker_label
 from mwnotebook.shared.events import Event, WorkerOutput
 
 #: Display updates per second and worker, at most.
@@ -127,30 +128,33 @@ def _same_key(data: dict[str, Any]) -> str:
 
 
 class WorkerOutputAreas:
-    """An event sink drawing every worker's output in its own area of the current cell."""
+    """An event sink drawing worker output in the current cell (see the module docstring)."""
 
     def __init__(self, num_workers: int, *, publish: PublishFn = _ipython_publish, show: ShowFn = _ipython_show,
+                 stdout: TextIO | None = None, stderr: TextIO | None = None,
                  show_startup: bool | None = None, max_lines: int = MAX_LINES,
                  updates_per_s: float = UPDATES_PER_S, where_all: str = "mw_result.stdout(i)",
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.num_workers = num_workers
         self._publish = publish
         self._show = show
-        self._show_startup = show_startup_default() if show_startup is None else show_startup
+        self._streams = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
+        self._labeller = LineLabeller(show_startup)
         self._max_lines = max_lines
         self._interval = 1.0 / updates_per_s
         self._where_all = where_all
         self._clock = clock
         self._lock = threading.RLock()
-        self._screens: dict[int, WorkerScreen] = {}
-        self._ids: dict[int, str] = {}
-        self._last: dict[int, float] = {}
-        self._timers: dict[int, threading.Timer] = {}
+        self._screens: dict[int, WorkerScreen] = {}  # workers that used clear_output
+        self._ids: dict[Any, str] = {}  # (worker, stream) live line or worker area -> display id
+        self._last: dict[Any, float] = {}
+        self._timers: dict[Any, threading.Timer] = {}
         self._results: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
         self._finished = False
         self._prefix = uuid.uuid4().hex[:12]
-        #: Display updates sent per worker (for tests and the rate limit).
-        self.updates: dict[int, int] = {}
+        self._serial = 0
+        #: Display updates sent per live line / area (for tests and the rate limit).
+        self.updates: dict[Any, int] = {}
 
     # -- the event sink ----------------------------------------------------------------------
     def __call__(self, event: Event) -> None:
@@ -159,54 +163,111 @@ class WorkerOutputAreas:
         w, content = event.worker, event.content
         with self._lock:
             if event.msg_type == "stream":
-                self._screen(w).write(content.get("name", "stdout"), content.get("text", ""))
-                self._changed(w)
+                self._on_stream(w, content.get("name", "stdout"), content.get("text", ""))
             elif event.msg_type == "clear_output":
-                if w in self._screens:
-                    if content.get("wait"):
-                        self._screens[w].clear_pending = True
-                    else:
-                        self._screens[w].clear()
-                        self._changed(w)
+                self._on_clear(w, bool(content.get("wait")))
             elif event.msg_type == "execute_result":
                 self._results.append((w, content.get("data", {}), content.get("metadata", {})))
             elif event.msg_type in ("display_data", "update_display_data"):
                 self._show_rich(w, event.msg_type, content)
 
-    def _screen(self, worker: int) -> WorkerScreen:
+    def _on_stream(self, worker: int, stream: str, text: str) -> None:
         screen = self._screens.get(worker)
-        if screen is None:
-            screen = self._screens[worker] = WorkerScreen(self._max_lines, self._show_startup)
-        return screen
+        if screen is not None:
+            screen.write(stream, text)
+            self._changed(worker)
+            return
+        key = (worker, stream)
+        lines = self._labeller.feed_lines(worker, stream, text)
+        if lines and key in self._ids:  # the live line ended: its display keeps the final state
+            self._render_line(key, lines.pop(0))
+            self._forget(key)
+        if lines:
+            self._write(stream, "".join(f"{line}\n" for line in lines))
+        if self._labeller.rewrites(worker, stream):
+            self._changed(key)
 
-    def _changed(self, worker: int) -> None:
+    def _on_clear(self, worker: int, wait: bool) -> None:
+        screen = self._screens.get(worker)
+        if screen is None:  # from now on this worker writes into an area of its own
+            self._end_live_lines(worker)
+            screen = self._screens[worker] = WorkerScreen(self._max_lines, self._labeller.show_startup)
+        if wait:
+            screen.clear_pending = True
+        else:
+            screen.clear()
+            self._changed(worker)
+
+    def _end_live_lines(self, worker: int) -> None:
+        for key in [k for k in self._labeller.pending_keys() if k[0] == worker]:
+            line = self._labeller.take_partial(*key)
+            if key in self._ids:
+                self._render_line(key, worker_label(worker) + line)
+                self._forget(key)
+            elif line:
+                self._write(key[1], f"{worker_label(worker)}{line}\n")
+
+    def _write(self, stream: str, text: str) -> None:
+        out = self._streams.get(stream, self._streams["stdout"])
+        out.write(text)
+        out.flush()  # before any display that comes after it
+
+    # -- throttled display updates -----------------------------------------------------------
+    def _changed(self, key: Any) -> None:
         if self._finished:
             return
-        wait = self._interval - (self._clock() - self._last.get(worker, -1e9))
+        wait = self._interval - (self._clock() - self._last.get(key, -1e9))
         if wait <= 0:
-            self._render(worker)
-        elif worker not in self._timers:
-            timer = threading.Timer(wait, self._on_timer, args=(worker,))
+            self._render(key)
+        elif key not in self._timers:
+            timer = threading.Timer(wait, self._on_timer, args=(key,))
             timer.daemon = True
-            self._timers[worker] = timer
+            self._timers[key] = timer
             timer.start()
 
-    def _on_timer(self, worker: int) -> None:
+    def _on_timer(self, key: Any) -> None:
         with self._lock:
-            self._timers.pop(worker, None)
+            self._timers.pop(key, None)
             if not self._finished:
-                self._render(worker)
+                self._render(key)
 
-    def _render(self, worker: int) -> None:
-        screen = self._screens.get(worker)
-        if screen is None or (worker not in self._ids and not screen.visible() and not screen.dropped):
-            return  # nothing to show yet (e.g. only start-up chatter): no empty area
-        bundle = screen.bundle(worker, self._where_all.replace("(i)", f"({worker})"))
-        update = worker in self._ids
-        display_id = self._ids.setdefault(worker, f"mw-{self._prefix}-worker-{worker}")
-        self._last[worker] = self._clock()
-        self.updates[worker] = self.updates.get(worker, 0) + 1
-        self._publish(bundle, display_id, update)
+    def _render(self, key: Any) -> None:
+        if isinstance(key, tuple):  # a live line
+            worker, stream = key
+            if key not in self._labeller.pending_keys():
+                return
+            self._render_line(key, worker_label(worker) + self._labeller.partial(worker, stream))
+            return
+        screen = self._screens.get(key)
+        if screen is None or (key not in self._ids and not screen.visible() and not screen.dropped):
+            return  # nothing to show yet: no empty area
+        self._send(key, screen.bundle(key, self._where_all.replace("(i)", f"({key})")))
+
+    def _render_line(self, key: tuple[int, str], line: str) -> None:
+        worker, stream = key
+        body = f"<b>{html.escape(line[:len(worker_label(worker))])}</b>{html.escape(line[len(worker_label(worker)):])}"
+        if stream == "stderr":
+            body = f"<span style='{_STDERR_STYLE}'>{body}</span>"
+        self._send(key, {"text/plain": line, "text/html": (
+            f"<pre class='mw-worker-output mw-live-line' data-worker='{worker}' "
+            f"style='margin:0;white-space:pre-wrap'>{body}</pre>")})
+
+    def _send(self, key: Any, bundle: dict[str, Any]) -> None:
+        update = key in self._ids
+        if not update:
+            self._serial += 1
+            self._ids[key] = f"mw-{self._prefix}-{self._serial}"
+        self._last[key] = self._clock()
+        self.updates[key] = self.updates.get(key, 0) + 1
+        self._publish(bundle, self._ids[key], update)
+
+    def _forget(self, key: Any) -> None:
+        """A live line ended: the next one gets a display of its own, below what came since."""
+        self._ids.pop(key, None)
+        self._last.pop(key, None)
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
 
     def _show_rich(self, worker: int, msg_type: str, content: dict[str, Any]) -> None:
         transient = dict(content.get("transient") or {})
@@ -223,12 +284,14 @@ class WorkerOutputAreas:
 
     # -- the end of the cell ---------------------------------------------------------------------
     def finish(self) -> None:
-        """Final state of every area, then the cell's results (identical ones once)."""
+        """Final state of every live line and area, then the cell's results (identical ones once)."""
         with self._lock:
             self._finished = True
             for timer in self._timers.values():
                 timer.cancel()
             self._timers.clear()
+            for worker, _stream in sorted(self._labeller.pending_keys()):
+                self._end_live_lines(worker)
             for worker in sorted(self._screens):
                 self._render(worker)
             self._show_results()
@@ -251,12 +314,4 @@ class WorkerOutputAreas:
 
     @property
     def hidden_startup_lines(self) -> int:
-        return sum(s.hidden for s in self._screens.values())
-
-    def text(self, worker: int) -> str:
-        """A worker's area as plain text (what the display shows)."""
-        with self._lock:
-            screen = self._screens.get(worker)
-            return "" if screen is None else screen.bundle(worker, self._where_all)["text/plain"]
-
-
+        return sum(self._labeller.hidden.values()) + sum(s.hidden for s in self._screens.values())

@@ -39,11 +39,22 @@ CELLS = [
 ]
 
 
-def area_text(outputs: list, worker: int) -> str:
-    """The text of worker ``worker``'s output area in one cell's saved outputs."""
-    return "\n".join(o["data"]["text/plain"] for o in outputs if o.get("output_type") == "display_data"
-                     and "mw-worker-output" in o["data"].get("text/html", "")
-                     and f"data-worker='{worker}'" in o["data"]["text/html"])
+def worker_text(outputs: list, worker: int) -> str:
+    """Everything shown for ``worker`` in one cell's saved outputs, in order: its labelled stream
+    lines and its displays (live lines, its clear_output area)."""
+    label = f"[worker {worker}] "
+    lines: list[str] = []
+    for o in outputs:
+        if o.get("output_type") == "stream":
+            lines += [line for line in o["text"].splitlines() if line.startswith(label)]
+        elif o.get("output_type") == "display_data" and f"data-worker='{worker}'" in o["data"].get("text/html", ""):
+            lines += o["data"]["text/plain"].splitlines()
+    return "\n".join(lines)
+
+
+def live_lines(outputs: list, worker: int) -> list[str]:
+    return [o["data"]["text/plain"] for o in outputs if o.get("output_type") == "display_data"
+            and "mw-live-line" in o["data"].get("text/html", "") and f"data-worker='{worker}'" in o["data"]["text/html"]]
 
 
 def points(values: object) -> int:
@@ -79,20 +90,21 @@ def test_a_cell_without_metrics_draws_no_chart(executed):
     outputs = nb.cells[1].outputs
     assert not any(is_chart(o) for o in outputs)
     assert not any("mw-status" in o.get("data", {}).get("text/html", "") for o in outputs)
-    assert area_text(outputs, 0) == "[worker 0] hi" and area_text(outputs, 1) == "[worker 1] hi"
+    assert worker_text(outputs, 0) == "[worker 0] hi" and worker_text(outputs, 1) == "[worker 1] hi"
 
 
 def test_fit_progress_is_one_labelled_line_per_epoch_and_worker(executed):
     nb, size = executed
     outputs = nb.cells[2].outputs
     for w in (0, 1):
-        text = area_text(outputs, w)
+        text = worker_text(outputs, w)
         lines = text.splitlines()
         assert all(line.startswith(f"[worker {w}] ") for line in lines), text
         finals = [line for line in lines if "20/20" in line]
         assert len(finals) == 3, text  # one final bar per epoch, no frames
         assert not any(" 5/20" in line for line in lines), text
         assert "\r" not in text and "\x08" not in text
+        assert [line for line in live_lines(outputs, w) if "20/20" in line] == finals  # drawn in place
         assert "cudart_stub" not in text and "absl::InitializeLog" not in text  # quiet start
     print(f"saved notebook after a 3-epoch fit(verbose=1) on 2 workers: {size} bytes")
     assert size < 200_000
@@ -108,9 +120,9 @@ def test_fit_draws_curves_without_a_callback_in_the_cell(executed):
     assert any(name.startswith("worker 1") and points(t.get("x")) >= 10 for name, t in traces.items()), list(traces)
     assert any(name.startswith("global") and points(t.get("x")) >= 10 for name, t in traces.items()), list(traces)
     # the chart comes after the workers' first output: TF_CONFIG table, output, chart
-    kinds = ["chart" if is_chart(o) else "area" if "mw-worker-output" in o.get("data", {}).get("text/html", "")
-             else "other" for o in nb.cells[2].outputs]
-    assert kinds.index("area") < kinds.index("chart"), kinds
+    kinds = ["chart" if is_chart(o) else "output" if o.get("output_type") == "stream" else "other"
+             for o in nb.cells[2].outputs]
+    assert kinds.index("output") < kinds.index("chart"), kinds
 
 
 def test_identical_results_show_once_for_all_workers(executed):
@@ -127,14 +139,15 @@ def test_tqdm_auto_in_a_worker_shows_a_text_bar(executed):
     outputs = nb.cells[3].outputs
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
     for w in (0, 1):
-        text = area_text(outputs, w)
-        assert "100%" in text and "40/40" in text and text.count("\n") == 0, text
+        text = worker_text(outputs, w)
+        assert "100%" in text and [line for line in text.splitlines() if "40/" in line] == live_lines(outputs, w), text
+        assert len(live_lines(outputs, w)) == 1 and "40/40" in live_lines(outputs, w)[0]
 
 
 def test_clear_output_in_a_worker_clears_its_area(executed):
     nb, _ = executed
     for w in (0, 1):
-        assert area_text(nb.cells[4].outputs, w) == f"[worker {w}] step 29"
+        assert worker_text(nb.cells[4].outputs, w) == f"[worker {w}] step 29"
 
 
 def test_saved_outputs_are_valid_json(executed):
