@@ -21,7 +21,7 @@ from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.relay import TextRelay
 from mwnotebook.engine.result import RunResult
 from mwnotebook.errors import ConfigError, MWNotebookError
-from mwnotebook.frontend.live_chart import ChartOnFirstMetric
+from mwnotebook.frontend.live_chart import ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.views import security_notice, status_bundle, tf_config_bundle
 from mwnotebook.shared.events import Event, EventSink
@@ -212,6 +212,7 @@ def register(ipython: Any) -> None:
     MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
     MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
     ipython.register_magics(_magics)
+    preload_in_background()  # the chart's libraries, so that the first metric does not stall a cell
 
 
 def unregister(ipython: Any) -> None:
