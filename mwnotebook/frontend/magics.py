@@ -21,6 +21,7 @@ from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.relay import TextRelay
 from mwnotebook.engine.result import RunResult
 from mwnotebook.errors import ConfigError, MWNotebookError
+from mwnotebook.frontend.keras_choice import KerasChoice
 from mwnotebook.frontend.live_chart import ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.views import security_notice, status_bundle, tf_config_bundle
@@ -72,6 +73,7 @@ class NotebookSession:
         self.last_result: RunResult | None = None
         self._security_notice_shown = False
         self._announced: Cluster | None = None
+        self.keras = KerasChoice()
 
     def cluster_for(self, spec: ClusterSpec) -> Cluster:
         """Reuse the running cluster when its spec is the same; otherwise replace it."""
@@ -141,6 +143,9 @@ class MWMagics(Magics):
             from mwnotebook.frontend.export import export_cell  # noqa: PLC0415 - only needed with --export
 
             print(export_cell(cell, ns.export, spec).summary())
+        keras_note = self.session.keras.on_cell(spec.use_legacy_keras)
+        if keras_note:
+            print(keras_note, file=sys.stderr)
         cluster = self.session.cluster_for(spec)
         output = _output_sink(self.shell, spec.workers, ns.show_tf_startup)
         chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
@@ -212,6 +217,9 @@ def register(ipython: Any) -> None:
     MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
     MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
     ipython.register_magics(_magics)
+    keras_note = _magics.session.keras.on_load()  # before the notebook imports TensorFlow
+    if keras_note:
+        print(keras_note, file=sys.stderr if "imported" in keras_note else sys.stdout)
     preload_in_background()  # the chart's libraries, so that the first metric does not stall a cell
 
 
