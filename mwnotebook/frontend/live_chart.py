@@ -9,6 +9,7 @@ before that are kept, so the status table starts right.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -73,6 +74,8 @@ class ChartOnFirstMetric:
                 return
             if self.dashboard is None:
                 return
+            sys.stdout.flush()  # the output written so far comes before the chart
+            sys.stderr.flush()
             self.dashboard.display()
             for early in self._early_states.values():
                 self.dashboard(early)

@@ -35,6 +35,9 @@ from mwnotebook.shared.events import Event, WorkerOutput
 UPDATES_PER_S = 10.0
 #: Lines an area keeps (older ones are counted, not shown).
 MAX_LINES = 500
+#: Finished lines per worker and cell shown on the page; beyond, lines are counted and the cell says
+#: so (a browser slows down with huge outputs; every line stays in the run's result).
+MAX_PAGE_LINES = 10_000
 _STDERR_STYLE = "background:#fdd"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -133,6 +136,7 @@ class WorkerOutputAreas:
     def __init__(self, num_workers: int, *, publish: PublishFn = _ipython_publish, show: ShowFn = _ipython_show,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
                  show_startup: bool | None = None, max_lines: int = MAX_LINES,
+                 max_page_lines: int = MAX_PAGE_LINES,
                  updates_per_s: float = UPDATES_PER_S, where_all: str = "mw_result.stdout(i)",
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.num_workers = num_workers
@@ -141,6 +145,10 @@ class WorkerOutputAreas:
         self._streams = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
         self._labeller = LineLabeller(show_startup)
         self._max_lines = max_lines
+        self._max_page_lines = max_page_lines
+        self._page_lines: dict[int, int] = {}
+        #: Lines not shown on the page per worker (the page was thinned).
+        self.thinned: dict[int, int] = {}
         self._interval = 1.0 / updates_per_s
         self._where_all = where_all
         self._clock = clock
@@ -182,10 +190,29 @@ class WorkerOutputAreas:
         if lines and key in self._ids:  # the live line ended: its display keeps the final state
             self._render_line(key, lines.pop(0))
             self._forget(key)
+        lines = self._thin(worker, lines)
         if lines:
             self._write(stream, "".join(f"{line}\n" for line in lines))
         if self._labeller.rewrites(worker, stream):
             self._changed(key)
+
+    def _thin(self, worker: int, lines: list[str]) -> list[str]:
+        """At most ``max_page_lines`` finished lines per worker on the page; a note when thinning starts."""
+        shown = self._page_lines.get(worker, 0)
+        room = max(0, self._max_page_lines - shown)
+        if len(lines) <= room:
+            self._page_lines[worker] = shown + len(lines)
+            return lines
+        self._page_lines[worker] = self._max_page_lines
+        kept = lines[:room]
+        if worker not in self.thinned:
+            kept.append(f"{worker_label(worker)}... more output than a page shows well: further lines are not "
+                        f"shown here; all are in {self._where(worker)}")
+        self.thinned[worker] = self.thinned.get(worker, 0) + len(lines) - room
+        return kept
+
+    def _where(self, worker: int) -> str:
+        return self._where_all.replace("(i)", f"({worker})")
 
     def _on_clear(self, worker: int, wait: bool) -> None:
         screen = self._screens.get(worker)
@@ -208,9 +235,13 @@ class WorkerOutputAreas:
                 self._write(key[1], f"{worker_label(worker)}{line}\n")
 
     def _write(self, stream: str, text: str) -> None:
-        out = self._streams.get(stream, self._streams["stdout"])
-        out.write(text)
-        out.flush()  # before any display that comes after it
+        """Stream text, left to the kernel's own batching (a flood is not one message per line)."""
+        self._streams.get(stream, self._streams["stdout"]).write(text)
+
+    def _flush_streams(self) -> None:
+        """Before any display: what was written before it must appear before it."""
+        for out in self._streams.values():
+            out.flush()
 
     # -- throttled display updates -----------------------------------------------------------
     def _changed(self, key: Any) -> None:
@@ -241,7 +272,7 @@ class WorkerOutputAreas:
         screen = self._screens.get(key)
         if screen is None or (key not in self._ids and not screen.visible() and not screen.dropped):
             return  # nothing to show yet: no empty area
-        self._send(key, screen.bundle(key, self._where_all.replace("(i)", f"({key})")))
+        self._send(key, screen.bundle(key, self._where(key)))
 
     def _render_line(self, key: tuple[int, str], line: str) -> None:
         worker, stream = key
@@ -253,6 +284,7 @@ class WorkerOutputAreas:
             f"style='margin:0;white-space:pre-wrap'>{body}</pre>")})
 
     def _send(self, key: Any, bundle: dict[str, Any]) -> None:
+        self._flush_streams()
         update = key in self._ids
         if not update:
             self._serial += 1
@@ -277,6 +309,7 @@ class WorkerOutputAreas:
             if "display_id" not in transient:
                 return
             transient["update"] = True
+        self._flush_streams()
         data = dict(content.get("data", {}))
         if "text/plain" in data and msg_type == "display_data":
             data["text/plain"] = worker_label(worker) + data["text/plain"]
@@ -294,6 +327,10 @@ class WorkerOutputAreas:
                 self._end_live_lines(worker)
             for worker in sorted(self._screens):
                 self._render(worker)
+            for worker, count in sorted(self.thinned.items()):
+                self._write("stdout", f"{worker_label(worker)}... {count} lines not shown here (all are in "
+                                      f"{self._where(worker)})\n")
+            self._flush_streams()
             self._show_results()
 
     def _show_results(self) -> None:

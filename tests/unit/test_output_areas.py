@@ -144,3 +144,17 @@ def test_chart_appears_at_the_first_metric_only():
     assert isinstance(dash.events[1], WorkerMetrics)
     chart.finish()
     assert dash.finished
+
+
+def test_a_flood_is_thinned_on_the_page_and_the_cell_says_so():
+    areas, _, _, out, _, _ = make(max_page_lines=100)
+    for chunk in range(50):
+        areas(stream(0, "".join(f"line {chunk * 10 + i}\n" for i in range(10))))
+    areas(stream(1, "other\n"))
+    areas.finish()
+    lines = out.getvalue().splitlines()
+    assert lines[:100] == [f"[worker 0] line {i}" for i in range(100)]
+    assert "further lines are not shown here; all are in mw_result.stdout(0)" in lines[100]
+    assert "[worker 1] other" in lines
+    assert lines[-1] == "[worker 0] ... 400 lines not shown here (all are in mw_result.stdout(0))"
+    assert areas.thinned == {0: 400}
