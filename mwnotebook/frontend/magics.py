@@ -160,6 +160,9 @@ class MWMagics(Magics):
             if isinstance(exc, ConfigError):
                 raise UsageError(str(exc)) from None
             raise
+        except BaseException:  # e.g. a second Ctrl-C: no display update may land in a later cell
+            _finish(output, chart, None)
+            raise
         _finish(output, chart, result)
         self.session.last_result = result
         # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
