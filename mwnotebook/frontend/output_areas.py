@@ -147,6 +147,7 @@ class WorkerOutputAreas:
         self._max_lines = max_lines
         self._max_page_lines = max_page_lines
         self._page_lines: dict[int, int] = {}
+        self._unflushed: set[str] = set()
         #: Lines not shown on the page per worker (the page was thinned).
         self.thinned: dict[int, int] = {}
         self._interval = 1.0 / updates_per_s
@@ -236,12 +237,16 @@ class WorkerOutputAreas:
 
     def _write(self, stream: str, text: str) -> None:
         """Stream text, left to the kernel's own batching (a flood is not one message per line)."""
-        self._streams.get(stream, self._streams["stdout"]).write(text)
+        name = stream if stream in self._streams else "stdout"
+        self._streams[name].write(text)
+        self._unflushed.add(name)
 
     def _flush_streams(self) -> None:
-        """Before any display: what was written before it must appear before it."""
-        for out in self._streams.values():
-            out.flush()
+        """Before any display: what was written before it must appear before it. (Only streams
+        written to: a kernel's flush waits for its I/O thread, which a no-op cell should not pay.)"""
+        for name in sorted(self._unflushed):
+            self._streams[name].flush()
+        self._unflushed.clear()
 
     # -- throttled display updates -----------------------------------------------------------
     def _changed(self, key: Any) -> None:
