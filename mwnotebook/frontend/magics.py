@@ -21,6 +21,9 @@ from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.relay import TextRelay
 from mwnotebook.engine.result import RunResult
 from mwnotebook.errors import ConfigError, MWNotebookError
+from mwnotebook.frontend.keras_choice import KerasChoice
+from mwnotebook.frontend.live_chart import ChartOnFirstMetric, preload_in_background, reports_metrics
+from mwnotebook.frontend.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.views import security_notice, status_bundle, tf_config_bundle
 from mwnotebook.shared.events import Event, EventSink
 
@@ -46,12 +49,26 @@ def mwtrain_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                         help="fail the cell if any worker runs longer than this")
     parser.add_argument("--no-dashboard", action="store_true", help="no live chart, text output only")
+    parser.add_argument("--show-tf-startup", action="store_true",
+                        help=("show TensorFlow's start-up notices (CPU features, oneDNN, CUDA driver); "
+                              "hidden by default"))
     parser.add_argument("--export", default=None, metavar="DIR",
                         help="also write the cell as a script plus one launcher per worker into DIR")
     parser.add_argument("--format", default="launchers", choices=("launchers", "slurm", "tfjob"),
                         help="with --export: per-worker launchers (default), a Slurm batch job, or a "
                              "Kubernetes TFJob manifest")
     return parser
+
+
+_mwtrain_parser: argparse.ArgumentParser | None = None
+
+
+def _cached_mwtrain_parser() -> argparse.ArgumentParser:
+    """Built once: building it costs about a millisecond, which a no-op cell should not pay."""
+    global _mwtrain_parser
+    if _mwtrain_parser is None:
+        _mwtrain_parser = mwtrain_parser()
+    return _mwtrain_parser
 
 
 def mwcluster_parser() -> argparse.ArgumentParser:
@@ -70,6 +87,7 @@ class NotebookSession:
         self.last_result: RunResult | None = None
         self._security_notice_shown = False
         self._announced: Cluster | None = None
+        self.keras = KerasChoice()
 
     def cluster_for(self, spec: ClusterSpec) -> Cluster:
         """Reuse the running cluster when its spec is the same; otherwise replace it."""
@@ -131,7 +149,7 @@ class MWMagics(Magics):
 
     @cell_magic
     def mwtrain(self, line: str, cell: str) -> None:
-        ns = _parse(mwtrain_parser(), line)
+        ns = _parse(_cached_mwtrain_parser(), line)
         spec = _spec(ns)
         if not cell.strip():
             raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
@@ -143,30 +161,29 @@ class MWMagics(Magics):
             from mwnotebook.frontend.export import export_cell  # only needed with --export
 
             print(export_cell(cell, ns.export, spec).summary())
+        keras_note = self.session.keras.on_cell(spec.use_legacy_keras)
+        if keras_note:
+            print(keras_note, file=sys.stderr)
         cluster = self.session.cluster_for(spec)
-        relay = TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m))
-        sinks: list[EventSink] = [relay]
-        dashboard = None
-        if not ns.no_dashboard:
-            dashboard = _make_dashboard(spec.workers)
-            if dashboard is not None:
-                sinks.insert(0, dashboard)
-        on_event = _fan_out(*sinks)
+        output = _output_sink(self.shell, spec.workers, ns.show_tf_startup)
+        chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
+        on_event = _fan_out(*([chart] if chart is not None else []), output)
         try:
             if not cluster.started:
                 cluster.start()
             self.session.announce(cluster)
+            if chart is not None and reports_metrics(cell):
+                chart.show_now()  # a training cell: its chart loads while the workers start up
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
-        except (MWNotebookError, KeyboardInterrupt) as exc:  # a second Ctrl-C too: the live view must end
-            relay.flush()
-            if dashboard is not None:
-                dashboard.finish(None)
+        except MWNotebookError as exc:
+            _finish(output, chart, None)
             if isinstance(exc, ConfigError):
                 raise UsageError(str(exc)) from None
             raise
-        relay.flush()
-        if dashboard is not None:
-            dashboard.finish(result)
+        except BaseException:  # e.g. a second Ctrl-C: no display update may land in a later cell
+            _finish(output, chart, None)
+            raise
+        _finish(output, chart, result)
         self.session.last_result = result
         # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
         # mw_result.metrics_frame(), mw_result.stdout(i).
@@ -198,15 +215,23 @@ class MWMagics(Magics):
             print(f"mwnotebook: restarted {cluster.spec.workers} workers")
 
 
-def _make_dashboard(num_workers: int) -> Any:
-    """The live chart, when the dashboard module is available."""
-    try:
-        from mwnotebook.dashboard import Dashboard
-    except ImportError:
-        return None
-    dashboard = Dashboard(num_workers)
-    dashboard.display()
-    return dashboard
+def _output_sink(shell: Any, num_workers: int, show_startup: bool) -> EventSink:
+    """Per-worker output areas where a frontend draws displays (a Jupyter kernel); labelled text
+    lines elsewhere (a terminal IPython, tests)."""
+    show = True if show_startup else None  # None: the environment's default
+    if getattr(shell, "kernel", None) is not None:
+        return WorkerOutputAreas(num_workers, show_startup=show)
+    return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show)
+
+
+def _finish(output: EventSink, chart: ChartOnFirstMetric | None, result: RunResult | None) -> None:
+    """Last state of the output and the chart, however the run ended."""
+    if isinstance(output, WorkerOutputAreas):
+        output.finish()
+    elif isinstance(output, TextRelay):
+        output.flush()
+    if chart is not None:
+        chart.finish(result)
 
 
 _magics: MWMagics | None = None
@@ -218,6 +243,10 @@ def register(ipython: Any) -> None:
     MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
     MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
     ipython.register_magics(_magics)
+    keras_note = _magics.session.keras.on_load()  # before the notebook imports TensorFlow
+    if keras_note:
+        print(keras_note, file=sys.stderr if "imported" in keras_note else sys.stdout)
+    preload_in_background()  # the chart's libraries, so that the first metric does not stall a cell
     from mwnotebook.launchers.local import prestart_in_background  # issue 13: TF imported while the user types
 
     prestart_in_background()

@@ -1,6 +1,7 @@
 """What cell code running inside a worker imports: ``import mwnotebook.worker as mw``.
 
-- ``mw.report(step=..., **metrics)`` and ``mw.keras_callback()`` send metrics to the notebook's live chart.
+- ``mw.report(step=..., **metrics)`` and ``mw.keras_callback()`` send metrics to the notebook's live chart
+  (``model.fit`` adds the callback by itself; ``mw.auto_keras_callback(False)`` turns that off).
 - ``mw.strategy()`` creates the process's one MultiWorkerMirroredStrategy the right way;
   ``mw.num_replicas()`` and ``mw.global_batch(per_replica)`` size the batch from it.
 
@@ -12,4 +13,12 @@ from __future__ import annotations
 from mwnotebook.worker._report import flush, keras_callback, report
 from mwnotebook.worker._strategy import global_batch, num_replicas, strategy, visible_devices
 
-__all__ = ["flush", "global_batch", "keras_callback", "num_replicas", "report", "strategy", "visible_devices"]
+__all__ = ["auto_keras_callback", "flush", "global_batch", "keras_callback", "num_replicas", "report", "strategy",
+           "visible_devices"]
+
+
+def auto_keras_callback(enabled: bool = True) -> None:
+    """Turn on or off the live-curve callback every ``model.fit`` in this worker gets by itself."""
+    import os
+
+    os.environ["MWNOTEBOOK_AUTO_KERAS_CALLBACK"] = "1" if enabled else "0"

@@ -20,6 +20,9 @@ class FakeDashboard:
     def finish(self, result: Any = None) -> None:
         self.finished.append(result)
 
+    def show_now(self) -> None:
+        pass
+
 
 class FakeCluster:
     """Started already; ``run`` raises what the test says (as Cluster.run does after a 2nd Ctrl-C)."""
@@ -50,7 +53,7 @@ class FakeSession(magics.NotebookSession):
 def test_the_live_dashboard_is_finished_however_the_run_ends(error: BaseException,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     dashboard = FakeDashboard()
-    monkeypatch.setattr(magics, "_make_dashboard", lambda workers: dashboard)
+    monkeypatch.setattr(magics, "ChartOnFirstMetric", lambda workers: dashboard)
     cell = magics.MWMagics(None, session=FakeSession(FakeCluster(error)))
     with pytest.raises(type(error)):
         cell.mwtrain("--workers 2 --cpu", "print(1)")

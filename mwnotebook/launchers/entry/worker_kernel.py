@@ -81,6 +81,9 @@ def script_level_tensorflow_logs() -> None:
 def serve(argv: list[str] | None = None) -> None:
     """Run the worker kernel (``argv``: ipykernel's arguments, e.g. ``-f FILE``; default sys.argv[1:])."""
     script_level_tensorflow_logs()
+    from mwnotebook.launchers.entry import worker_hooks  # fit draws live curves; tqdm.auto as text
+
+    worker_hooks.install()
     from ipykernel import kernelapp
 
     kernelapp.launch_new_instance(argv)
