@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+from mwnotebook.launchers.entry import worker_runtime
+
 PARENT_POLL_SECONDS = 0.5
 
 
@@ -68,6 +70,7 @@ class _ScriptLevelTensorFlowLogs(importlib.abc.MetaPathFinder):
 
 def main() -> None:
     expected_parent = int(os.environ.pop("MWNOTEBOOK_PARENT_PID", os.getppid()))
+    worker_runtime.install()
     _die_with_parent(expected_parent)
     sys.meta_path.insert(0, _ScriptLevelTensorFlowLogs())
     from ipykernel import kernelapp
