@@ -12,6 +12,8 @@ from mwnotebook.engine.connection import ExecutionOutcome, Worker
 from mwnotebook.engine.diagnose import diagnose, is_consequential
 from mwnotebook.engine.relay import events_from_iopub
 from mwnotebook.engine.result import RunResult
+from mwnotebook.engine.stacks import attach as attach_stacks
+from mwnotebook.engine.stacks import dump_stacks
 from mwnotebook.errors import (
     ClusterInterrupted,
     ClusterRunError,
@@ -47,7 +49,7 @@ class CellRun:
         self.code = code
         self.timeout = timeout
         self.workers = list(cluster._workers)
-        self.result = RunResult(len(self.workers))
+        self.result = RunResult(len(self.workers), log_paths=[w.output_log for w in self.workers])
         self.finish_order: list[int] = []
         self.dead: dict[int, str] = {}
         self.interrupted: set[int] = set()
@@ -77,16 +79,24 @@ class CellRun:
         self.result.elapsed = time.monotonic() - started
         if trigger is None:
             return self.result
+        # Where each worker is (taken before the interrupt changes it; issue 12): on timeout, or of
+        # the workers that ignored their interrupt.
+        stacks = await dump_stacks(self.workers, self.code) if trigger == "timeout" else None
         if trigger in ("failure", "died"):
             await self._settle(tasks)
         await self._stop_the_rest(tasks)
+        if stacks is None and self.unresponsive:
+            stacks = await dump_stacks([w for w in self.workers if w.index in self.unresponsive], self.code)
         self.result.elapsed = time.monotonic() - started
         failures = self._failures(trigger)
         restart = self.restart_allowed and (bool(self.interrupted or self.dead) or any(
             (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures))
         if restart:
             await self.cluster.restart_in_background()
-        raise _error_class(trigger, self.dead)(failures, restarted=restart)
+        error = _error_class(trigger, self.dead)(failures, restarted=restart)
+        if stacks is not None:
+            attach_stacks(error, stacks)
+        raise error
 
     def _collect(self, tasks: dict[int, asyncio.Future[ExecutionOutcome]]) -> bool:
         """Record finished outcomes; True if any of them failed."""

@@ -53,8 +53,9 @@ def mwtrain_parser() -> argparse.ArgumentParser:
 
 def mwcluster_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="%mwcluster", add_help=False, description=(
-        "Manage the notebook's worker cluster: status, start (in the background), restart, stop."))
-    parser.add_argument("action", choices=("status", "start", "restart", "stop"))
+        "Manage the notebook's worker cluster: status, start (in the background), restart, stop; stacks "
+        "shows each worker's current Python stacks."))
+    parser.add_argument("action", choices=("status", "start", "restart", "stop", "stacks"))
     add_cluster_arguments(parser)
     return parser
 
@@ -183,6 +184,8 @@ class MWMagics(Magics):
             print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
         elif ns.action == "status":
             publish_display_data(status_bundle(cluster.status(), cluster.devices()))
+        elif ns.action == "stacks":
+            print(cluster.stacks().text())
         elif ns.action == "restart":
             cluster.restart()
             print(f"mwnotebook: restarted {cluster.spec.workers} workers")
