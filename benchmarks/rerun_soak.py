@@ -57,11 +57,12 @@ def soak(cell: str, count: int, timeout: float, progress: bool = False) -> dict:
         cluster.start()
         for n in range(count):
             started = time.monotonic()
+            failed_before = len(failures)
             try:
                 result = cluster.run(code, timeout=timeout)
             except ClusterTimeoutError as exc:
                 counts["hang"] += 1
-                failures.append(f"run {n}: hang: {str(exc)[:300]}")
+                failures.append(f"run {n}: hang: {exc}")
             except ClusterRunError as exc:
                 counts["abort"] += 1
                 failures.append(f"run {n}: {type(exc).__name__}: {str(exc)[:300]}")
@@ -70,6 +71,9 @@ def soak(cell: str, count: int, timeout: float, progress: bool = False) -> dict:
                 outputs[" | ".join(out)] += 1
                 counts["ok"] += 1
             seconds.append(time.monotonic() - started)
+            if progress and len(failures) > failed_before:
+                print(failures[-1], flush=True)  # with the workers' stacks on a timeout
+                failures[-1] = failures[-1][:3000]
             if progress:
                 print(n, dict(counts), f"{seconds[-1]:.2f}s", flush=True)
     return {"cell": cell, "count": count, "timeout": timeout, "counts": dict(counts),

@@ -193,6 +193,7 @@ class Worker:
         reply_task = asyncio.ensure_future(self._reply_for(msg_id, "execute_reply"))
         try:
             reply = await self._await_reply(reply_task, pump)
+            last_message[0] = max(last_message[0], time.monotonic())  # the drain's quiet time starts now
             complete = await self._drain(pump, last_message)
         finally:
             for task in (pump, reply_task):
