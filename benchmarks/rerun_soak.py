@@ -22,23 +22,7 @@ SEED_CODE = (ROOT / "tests" / "data" / "seed_train.py").read_text()
 SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
 
 #: A tf_keras ``fit`` cell that rebuilds its strategy and model every run; small, deterministic.
-FIT_CODE = '''
-import numpy as np
-import tensorflow as tf
-tf.keras.utils.set_random_seed(0)
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-x = np.random.default_rng(0).normal(size=(256, 8)).astype("float32")
-y = (x[:, :1] > 0).astype("float32")
-options = tf.data.Options()
-options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).with_options(options)
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), tf.keras.layers.Dense(8, activation="relu"),
-                                 tf.keras.layers.Dense(1, activation="sigmoid")])
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="binary_crossentropy")
-history = model.fit(ds, epochs=2, verbose=0)
-print("fit_loss=%.4f" % history.history["loss"][-1])
-'''
+FIT_CODE = (ROOT / "tests" / "data" / "fit_rebuild.py").read_text()
 
 CELLS = {"seed": SEED_CODE, "fit": FIT_CODE}
 

@@ -1,4 +1,4 @@
-"""Issue 12, item 6: nothing a worker cell starts survives its notebook.
+"""Issue 12, item 6 (and the nested-%%mwtrain part of item 7): nothing a worker cell starts survives its notebook.
 
 A worker cell starts ``subprocess.Popen(["sleep", ...])``; the ``sleep`` must end on
 ``%mwcluster stop`` / ``Cluster.stop``, on a group restart, on a normal exit of the notebook kernel
@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from mwnotebook import Cluster
+from mwnotebook.errors import WorkerError
 
 from .conftest import Notebook, kill_all, record
 
@@ -63,6 +64,11 @@ def test_grandchildren_end_on_stop_and_restart(no_orphans):
         result = cluster.run(SPAWN, timeout=60)
         pids = _sleep_pids(result.stdout(0) + result.stdout(1))
         assert _alive(pids) == pids  # they really run while the workers do
+        # Item 7 (part): a worker refuses to become a notebook of its own.
+        with pytest.raises(WorkerError) as refused:
+            cluster.run("%load_ext mwnotebook", timeout=60)
+        assert all("is a %%mwtrain worker" in f.evalue for f in refused.value.failures), refused.value.failures
+        assert len(refused.value.failures) == 2
         cluster.restart()
         _check("12.6 grandchildren end on group restart", pids)
         result = cluster.run(SPAWN, timeout=60)
