@@ -6,7 +6,18 @@ that builds a new strategy on every run therefore reuses group 1 in the same pro
 strategy's collectives or rendezvous may still be alive: about 1 rerun in 40-80 hung or aborted with
 ``group 1 not found``. TensorFlow's own tests avoid it by raising the key base per strategy.
 
-This module does that for the unchanged cell, from inside the worker: when TensorFlow loads its
+Measured next (this module with fresh keys only, under load): 2 hangs in 16 reruns, both workers
+blocked in the broadcast of the model's first variable. The reason is in TensorFlow's strategy
+constructor: every new MultiWorkerMirroredStrategy calls ``context.enable_collective_ops(server_def)``
+again (``_std_server_started`` is per instance), and on a live context that replaces the process's
+collective state -- the group table a peer may already have registered in. One worker building its
+new strategy while the other has begun its first collective loses that registration: the peer
+waits forever (fresh group key) or is told "group 1 not found" (reused key). So a second
+``enable_collective_ops`` with the very same server definition is skipped here: the server and
+its collective state stay as the first strategy set them up. A different definition still goes
+through TensorFlow's own path.
+
+This module does both for the unchanged cell, from inside the worker: when TensorFlow loads its
 ``collective_all_reduce_strategy`` module, the strategy constructors are wrapped to give each new
 instance a fresh base. Nothing here imports TensorFlow or creates an op; the cell cannot tell
 (only the private ``_collective_key_base`` differs).
@@ -68,8 +79,31 @@ def next_key_base() -> int:
     return (slot % span + 1) * KEY_SPACING
 
 
+def patch_enable_collective_ops() -> None:
+    """Make a repeated ``enable_collective_ops`` with an identical server definition a no-op."""
+    from tensorflow.python.eager import context
+
+    cls = context.Context
+    if getattr(cls.enable_collective_ops, "_mw_once", False):
+        return
+    original = cls.enable_collective_ops
+
+    def enable_collective_ops(self: Any, server_def: Any) -> None:
+        current = getattr(self, "_collective_ops_server_def", None)
+        if (current is not None and server_def is not None and self._context_handle is not None
+                and current.SerializeToString() == server_def.SerializeToString()):
+            log.debug("collective ops already enabled with this server definition: kept as they are")
+            return
+        original(self, server_def)
+
+    enable_collective_ops._mw_once = True  # type: ignore[attr-defined]
+    enable_collective_ops.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.enable_collective_ops = enable_collective_ops
+
+
 def patch_strategy_classes(module: ModuleType) -> None:
     """Wrap the constructors of the collective strategies of ``module`` (idempotent)."""
+    patch_enable_collective_ops()
     for name in ("CollectiveAllReduceStrategy", "CollectiveAllReduceStrategyV1"):
         cls = getattr(module, name, None)
         if cls is None or getattr(cls.__init__, "_mw_fresh_keys", False):
