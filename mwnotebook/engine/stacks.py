@@ -129,6 +129,9 @@ async def _dump_one(worker: Worker, cell_code: str | None) -> WorkerStacks:
     if not await handle.is_alive():
         result.note = f"the worker process has ended ({handle.exit_description()})"
         return result
+    if _is_stopped(handle.pid):
+        result.note = "the worker process is stopped (SIGSTOP): it cannot answer until it is continued"
+        return result
     path = connection_file + SUFFIX
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -156,6 +159,15 @@ async def _dump_one(worker: Worker, cell_code: str | None) -> WorkerStacks:
         text = fh.read()
     result.threads = parse_dump(text, main_ident, cell_code)
     return result
+
+
+def _is_stopped(pid: int) -> bool:
+    try:
+        import psutil
+
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except Exception:  # noqa: BLE001 - unknown: try the signal anyway
+        return False
 
 
 async def dump_stacks(workers: Sequence[Worker], cell_code: str | None = None) -> StacksReport:

@@ -60,6 +60,6 @@ def test_stacks_of_a_hung_cell(no_orphans):
 
 def _run(cluster: Cluster, errors: list[BaseException]) -> None:
     try:
-        cluster.run(HUNG, timeout=45)
+        cluster.run(HUNG, timeout=30)
     except BaseException as exc:  # noqa: BLE001 - handed to the test thread
         errors.append(exc)
