@@ -58,9 +58,9 @@ class ExecutionOutcome:
 DRAIN_QUIET_SECONDS = 3.0
 #: After ``idle``, how long the execute_reply may take before it is counted as lost.
 REPLY_AFTER_IDLE_SECONDS = 10.0
-#: The user expression through which a worker reports how much it wrote (mwnotebook/worker/_output.py).
+#: The user expression through which a worker reports how much it wrote (mwnotebook/launchers/entry/runtime/output.py).
 OUTPUT_COUNT_KEY = "_mw_output_written"
-OUTPUT_COUNT_EXPRESSION = "__import__('mwnotebook.worker._output', fromlist=['written']).written()"
+OUTPUT_COUNT_EXPRESSION = "__import__('mwnotebook.launchers.entry.runtime.output', fromlist=['written']).written()"
 
 
 def output_log_dir() -> str:

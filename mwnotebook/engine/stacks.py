@@ -1,7 +1,7 @@
 """Where is each worker right now? Every thread's Python stack, main thread first, taken while the
 worker's main thread may be blocked in native code (a TensorFlow collective).
 
-The worker registered ``faulthandler`` on SIGUSR2 (mwnotebook/worker/_stacks.py): a C signal
+The worker registered ``faulthandler`` on SIGUSR2 (mwnotebook/launchers/entry/runtime/stacks.py): a C signal
 handler writes all stacks to a file beside its connection file without needing the blocked thread.
 Only local workers can be asked this way (the file and the signal are on this machine).
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from mwnotebook.engine.connection import Worker
 
 STACKS_SIGNAL = signal.SIGUSR2
-SUFFIX = ".stacks"  # mwnotebook/worker/_stacks.py
+SUFFIX = ".stacks"  # mwnotebook/launchers/entry/runtime/stacks.py
 MAIN_THREAD_TAG = "mwnotebook-main-thread"
 DUMP_TIMEOUT_SECONDS = 3.0
 

@@ -1,11 +1,11 @@
 """What a worker process sets up for itself at start, before ipykernel runs (issue 12).
 
 - ``MWNOTEBOOK_WORKER=1``: the process knows it is a worker (``%load_ext mwnotebook`` is refused).
-- its future descendants are contained: they end with it (mwnotebook/worker/_containment.py);
-- each MultiWorkerMirroredStrategy gets fresh collective keys (mwnotebook/worker/_collective_keys.py);
-- IOPub never drops output, and output is counted per cell (mwnotebook/worker/_output.py);
+- its future descendants are contained: they end with it (mwnotebook/launchers/entry/runtime/containment.py);
+- each MultiWorkerMirroredStrategy gets fresh collective keys (mwnotebook/launchers/entry/runtime/collective_keys.py);
+- IOPub never drops output, and output is counted per cell (mwnotebook/launchers/entry/runtime/output.py);
 - ``SIGUSR2`` dumps every thread's Python stack to a file beside the connection file
-  (mwnotebook/worker/_stacks.py).
+  (mwnotebook/launchers/entry/runtime/stacks.py).
 
 Nothing here imports TensorFlow.
 """
@@ -33,15 +33,15 @@ def _connection_file(argv: list[str]) -> str | None:
 
 def install(argv: list[str] | None = None) -> None:
     """Call once, first thing in the worker's main(), while it has a single thread."""
-    from mwnotebook.worker import _collective_keys, _containment, _output, _stacks
+    from mwnotebook.launchers.entry.runtime import collective_keys, containment, output, stacks
 
     os.environ[WORKER_ENV] = "1"
     try:
-        _containment.install()
+        containment.install()
     except Exception:  # noqa: BLE001 - a worker without containment still works
         log.warning("cannot contain the worker's child processes", exc_info=True)
-    _collective_keys.install()
-    _output.install()
+    collective_keys.install()
+    output.install()
     connection_file = _connection_file(sys.argv if argv is None else argv)
     if connection_file:
-        _stacks.install(os.path.abspath(connection_file))
+        stacks.install(os.path.abspath(connection_file))
