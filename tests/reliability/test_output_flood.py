@@ -15,7 +15,7 @@ from mwnotebook import Cluster
 
 from .conftest import record
 
-pytestmark = [pytest.mark.reliability, pytest.mark.slow]
+pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 LINES = 20_000
 RUNS = 10
