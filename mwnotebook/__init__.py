@@ -68,7 +68,17 @@ def __dir__() -> list[str]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext mwnotebook``: register the magics (IPython imported only here)."""
+    """``%load_ext mwnotebook``: register the magics (IPython imported only here).
+
+    Refused inside a worker kernel (``MWNOTEBOOK_WORKER``, set by the worker's entry point): a
+    nested ``%%mwtrain`` would start a cluster per worker.
+    """
+    import os
+
+    if os.environ.get("MWNOTEBOOK_WORKER") == "1":
+        raise RuntimeError(
+            "mwnotebook: this kernel is a %%mwtrain worker; %load_ext mwnotebook and %%mwtrain only "
+            "work in the notebook's own kernel (run the %%mwtrain cell there, not inside one)")
     from mwnotebook.frontend.magics import register
 
     register(ipython)

@@ -24,6 +24,7 @@ from mwnotebook.engine.cell_run import CellRun, CellVerdict
 from mwnotebook.engine.connection import Worker
 from mwnotebook.engine.diagnose import diagnose
 from mwnotebook.engine.result import RunResult
+from mwnotebook.engine.stacks import StacksReport, dump_stacks
 from mwnotebook.errors import ClusterStartError, ClusterStateError
 from mwnotebook.launchers import Launcher, make_launcher
 from mwnotebook.shared.events import Event, EventSink, WorkerStateChanged
@@ -64,6 +65,7 @@ class AsyncCluster:
         self._emit: EventSink = _ignore
         self._start_task: asyncio.Future[None] | None = None
         self._release_task: asyncio.Future[None] | None = None
+        self._cell_code: str | None = None
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -260,6 +262,10 @@ class AsyncCluster:
 
         return list(await asyncio.gather(*(ask(w) for w in self._workers)))
 
+    async def stacks(self) -> StacksReport:
+        """Every worker's current Python stacks, main thread first; works while a cell is blocked."""
+        return await dump_stacks(self._workers, self._cell_code)
+
     # ----------------------------------------------------------------- running cells
     def request_abort(self) -> None:
         """Stop the running cell on every worker (the notebook's interrupt). Safe to call any time."""
@@ -293,6 +299,7 @@ class AsyncCluster:
         if self._running:
             raise ClusterStateError("a cell is already running on this cluster")
         self._running = True
+        self._cell_code = code
         self._emit = on_event or _ignore
         self._abort = asyncio.Event()
         verdict: CellVerdict | None = None

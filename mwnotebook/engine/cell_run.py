@@ -19,6 +19,8 @@ from mwnotebook.engine.connection import ExecutionOutcome, MessageCallback
 from mwnotebook.engine.diagnose import diagnose, is_consequential
 from mwnotebook.engine.relay import events_from_iopub
 from mwnotebook.engine.result import RunResult
+from mwnotebook.engine.stacks import StacksReport, dump_stacks
+from mwnotebook.engine.stacks import attach as attach_stacks
 from mwnotebook.errors import (
     ClusterInterrupted,
     ClusterRunError,
@@ -66,6 +68,8 @@ class CellVerdict:
     #: Some worker died, had to be interrupted, or is in a state TensorFlow cannot recover from:
     #: the workers cannot be kept as they are.
     workers_spoiled: bool = False
+    #: Where each worker was (taken on timeout, and of workers that ignored their interrupt).
+    stacks: StacksReport | None = None
 
     @property
     def ok(self) -> bool:
@@ -86,7 +90,10 @@ class CellVerdict:
             cls = WorkerDiedError
         else:
             cls = WorkerError
-        return cls(self.failures, restarted=restarted)
+        error = cls(self.failures, restarted=restarted)
+        if self.stacks is not None:
+            attach_stacks(error, self.stacks)
+        return error
 
 
 class CellRun:
@@ -99,7 +106,7 @@ class CellRun:
         self.timeout = timeout
         self.abort = abort
         self.emit = emit
-        self.result = RunResult(len(self.workers))
+        self.result = RunResult(len(self.workers), log_paths=[getattr(w, "output_log", "") for w in self.workers])
         self.started = 0.0
         self.seen_at: dict[int, float] = {}
         self.dead: dict[int, str] = {}
@@ -131,14 +138,19 @@ class CellRun:
         self.result.elapsed = time.monotonic() - self.started
         if trigger is None:
             return CellVerdict(self.result)
+        # Where each worker is, taken before the interrupt changes it: on timeout, or (below) of the
+        # workers that ignored their interrupt.
+        stacks = await dump_stacks(self.workers, self.code) if trigger == "timeout" else None
         if trigger in ("failure", "died"):
             await self._settle(tasks)
         await self._stop_the_rest(tasks)
+        if stacks is None and self.unresponsive:
+            stacks = await dump_stacks([w for w in self.workers if w.index in self.unresponsive], self.code)
         self.result.elapsed = time.monotonic() - self.started
         failures = self._failures(trigger)
         spoiled = bool(self.interrupted or self.dead) or any(
             (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures)
-        return CellVerdict(self.result, trigger, failures, spoiled)
+        return CellVerdict(self.result, trigger, failures, spoiled, stacks)
 
     def _collect(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]]) -> bool:
         """Record finished outcomes; True if any of them failed."""

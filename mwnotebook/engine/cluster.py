@@ -16,6 +16,7 @@ from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.async_cluster import AsyncCluster, WorkerInfo
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.engine.result import RunResult
+from mwnotebook.engine.stacks import StacksReport
 from mwnotebook.launchers import Launcher
 from mwnotebook.shared.events import Event, EventSink
 
@@ -111,11 +112,12 @@ class Cluster:
                 if item is _DONE:
                     break
                 _deliver(on_event, item)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as interrupt:
                 interrupts += 1
                 if interrupts == 1:
                     on_interrupt()
                 else:
+                    self._add_stacks_note(interrupt)
                     future.cancel()
                     self._loop.run(self._core.kill())
                     raise
@@ -123,6 +125,20 @@ class Cluster:
 
     def interrupt(self) -> None:
         self._loop.run(self._core.interrupt())
+
+    def stacks(self) -> StacksReport:
+        """Every worker's current Python stacks, main thread first (also while a cell is blocked)."""
+        return self._loop.run(self._core.stacks(), timeout=30)
+
+    def _add_stacks_note(self, error: BaseException) -> None:
+        """On a second Ctrl-C, say where each worker was before they are killed."""
+        try:
+            note = "Worker stacks at that moment:\n" + self._loop.run(self._core.stacks(), timeout=10).text()
+            add_note = getattr(error, "add_note", None)  # Python >= 3.11
+            if add_note is not None:
+                add_note(note)
+        except Exception:  # the kill must go on
+            log.debug("no stacks on the second interrupt", exc_info=True)
 
     def restart(self, on_event: EventSink | None = None) -> None:
         """Replace every worker with a fresh process (same TF_CONFIGs); their variables are lost."""

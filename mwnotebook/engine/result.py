@@ -18,6 +18,8 @@ class RunResult:
     outputs: list[list[WorkerOutput]] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)
     elapsed: float = 0.0
+    #: Each worker's output log: every stream output its cells sent, appended cell after cell.
+    log_paths: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.outcomes:
@@ -47,6 +49,15 @@ class RunResult:
         from mwnotebook.shared.metrics import records_to_dataframe
 
         return records_to_dataframe(self.metrics)
+
+    @property
+    def output_complete(self) -> bool:
+        """False when some worker output never reached the notebook (see :meth:`lost_output`)."""
+        return all(o is None or o.output_complete for o in self.outcomes)
+
+    def lost_output(self) -> dict[int, dict[str, int]]:
+        """Per worker, characters per stream that it wrote but the notebook never received."""
+        return {i: dict(o.lost_chars) for i, o in enumerate(self.outcomes) if o is not None and o.lost_chars}
 
     @property
     def ok(self) -> bool:

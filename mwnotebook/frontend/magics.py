@@ -73,8 +73,9 @@ def _cached_mwtrain_parser() -> argparse.ArgumentParser:
 
 def mwcluster_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="%mwcluster", add_help=False, description=(
-        "Manage the notebook's worker cluster: status, start (in the background), restart, stop."))
-    parser.add_argument("action", choices=("status", "start", "restart", "stop"))
+        "Manage the notebook's worker cluster: status, start (in the background), restart, stop; stacks "
+        "shows each worker's current Python stacks."))
+    parser.add_argument("action", choices=("status", "start", "restart", "stop", "stacks"))
     add_cluster_arguments(parser)
     return parser
 
@@ -210,6 +211,8 @@ class MWMagics(Magics):
             job = cluster.scheduler_status()
             if job:
                 print(f"mwnotebook: Slurm job {job['job_id']} ({job['state']}) on {', '.join(job['nodes']) or '-'}")
+        elif ns.action == "stacks":
+            print(cluster.stacks().text())
         elif ns.action == "restart":
             cluster.restart()
             print(f"mwnotebook: restarted {cluster.spec.workers} workers")

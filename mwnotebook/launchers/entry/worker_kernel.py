@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 
+from mwnotebook.launchers.entry import worker_runtime
+
 PARENT_POLL_SECONDS = 0.5
 
 
@@ -91,6 +93,7 @@ def serve(argv: list[str] | None = None) -> None:
 
 def main() -> None:
     expected_parent = int(os.environ.pop("MWNOTEBOOK_PARENT_PID", os.getppid()))
+    worker_runtime.install()
     _die_with_parent(expected_parent)
     serve()
 

@@ -181,10 +181,13 @@ class Template:
             sys.path[0] = cwd  # what `python -m` would have put first, had the worker started here
         os.chdir(cwd)
         _reseed_random()
-        _die_with_notebook(self.parent_pid, self.parent_fd)
-        from mwnotebook.launchers.entry import worker_kernel
+        from mwnotebook.launchers.entry import worker_kernel, worker_runtime
 
         argv = [str(a) for a in request["argv"]]
+        # What an exec'd worker does first, while it has one thread: contain its children, fresh
+        # collective keys per strategy, complete output, stack dumps on request.
+        worker_runtime.install(argv)
+        _die_with_notebook(self.parent_pid, self.parent_fd)
         _show_as_worker(os.getppid())
         sys.argv = [worker_kernel.__file__, *argv]
         worker_kernel.serve(argv)

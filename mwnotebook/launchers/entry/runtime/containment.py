@@ -1,0 +1,80 @@
+"""Nothing a worker cell starts outlives the worker.
+
+Measured (issue 12): a cell's ``subprocess.Popen(["sleep", "1000"])`` survived its worker when the
+worker was ended by ``PR_SET_PDEATHSIG`` (notebook kernel SIGKILLed, or exiting): the ``sleep`` was
+re-parented to pid 1 and kept running, carrying ``TF_CONFIG``. Only a kill of the worker's whole
+process group (what ``%mwcluster stop`` does) took it along.
+
+So at start (one thread, no TensorFlow yet) the worker forks a small watchdog into its own process
+group. The watchdog asks the kernel for a signal when its parent, the worker, dies
+(``PR_SET_PDEATHSIG``, delivered however the worker ended, SIGKILL included), and then kills the
+worker's process group: every descendant that stayed in it, i.e. everything a cell starts with
+``subprocess``/``os.system``/``multiprocessing`` unless it asks for a new session.
+
+Not covered: a descendant that leaves the group (``start_new_session=True``, ``setsid``, a daemon).
+A PID namespace would cover those too, but measured here: after ``unshare(CLONE_NEWPID)`` the
+worker can no longer start threads ("can't start new thread"), and making the kernel the
+namespace's init changes its pid and its signal semantics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+#: ``0`` disables containment (to measure without it).
+DISABLE_ENV = "MWNOTEBOOK_CONTAIN_CHILDREN"
+
+#: How the worker's descendants are contained: "process-group" or "none" (and why).
+mode = "none"
+
+
+#: The watchdog's program, run as ``python -S -c WATCHDOG_CODE WORKER_PID``: a fresh, tiny process
+#: (not a copy of the worker, whose command line process listings would count as a second worker).
+WATCHDOG_CODE = """
+import ctypes, os, signal, sys
+worker = int(sys.argv[1])
+def kill_group(*_):
+    os.killpg(worker, signal.SIGKILL)
+    os._exit(0)
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2):
+    signal.signal(sig, signal.SIG_IGN)
+signal.signal(signal.SIGUSR1, kill_group)
+if ctypes.CDLL(None).prctl(1, signal.SIGUSR1, 0, 0, 0) != 0:
+    os._exit(1)
+if os.getppid() != worker:
+    kill_group()
+while True:
+    signal.pause()
+"""
+
+
+def _start_watchdog(worker_pid: int) -> None:
+    if os.fork() != 0:
+        return
+    try:  # the child: become the watchdog (exec keeps the pid, the parent and the process group)
+        os.closerange(3, 4096)
+        os.execv(sys.executable, [sys.executable, "-S", "-c", WATCHDOG_CODE, str(worker_pid)])
+    finally:
+        os._exit(1)
+
+
+def install() -> str:
+    """Start the watchdog; returns the mode. Call once, early, while the process has one thread."""
+    global mode
+    if not sys.platform.startswith("linux"):
+        mode = "none (not Linux)"
+    elif os.environ.get(DISABLE_ENV) == "0":
+        mode = f"none ({DISABLE_ENV}=0)"
+    elif os.getpgrp() != os.getpid():
+        # Killing a group this process does not lead would kill whoever started it.
+        mode = "none (the worker does not lead its process group)"
+    else:
+        _start_watchdog(os.getpid())
+        mode = "process-group"
+    log.debug("worker descendants contained by: %s", mode)
+    return mode
