@@ -14,6 +14,7 @@ from typing import Any
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.async_cluster import AsyncCluster, WorkerInfo
+from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport
@@ -101,26 +102,28 @@ class Cluster:
         future = self._loop.submit(make_coro(events.put))
         future.add_done_callback(lambda _f: events.put(_DONE))
         interrupts = 0
-        while True:
-            # A Ctrl-C may land anywhere in this loop (also as the wait times out, or while an event
-            # is delivered): all of it is inside the outer try.
-            try:
+        with SigintToQueue(events):
+            while True:
                 try:
                     item = events.get(timeout=0.5)
                 except queue.Empty:
                     continue
+                except KeyboardInterrupt:  # not the main thread, or someone else's SIGINT handler
+                    item = INTERRUPT
                 if item is _DONE:
                     break
-                _deliver(on_event, item)
-            except KeyboardInterrupt as interrupt:
+                if item is not INTERRUPT:
+                    _deliver(on_event, item)
+                    continue
                 interrupts += 1
                 if interrupts == 1:
                     on_interrupt()
-                else:
-                    self._add_stacks_note(interrupt)
-                    future.cancel()
-                    self._loop.run(self._core.kill())
-                    raise
+                    continue
+                interrupt = KeyboardInterrupt()
+                self._add_stacks_note(interrupt)
+                future.cancel()
+                self._loop.run(self._core.kill())
+                raise interrupt
         return future.result()
 
     def interrupt(self) -> None:

@@ -36,6 +36,9 @@ SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_a
 MW_MODULES = ("mwnotebook.launchers.entry.worker_kernel", "mwnotebook.launchers.entry.netns_holder",
               "mwnotebook.launchers.entry.worker_template")
 WORKER_KERNELS = ("mwnotebook.launchers.entry.worker_kernel",)
+#: What one cluster starts and must end when it stops. The worker template (in MW_MODULES) is not
+#: one cluster's: it serves every cluster of its process and ends with that process.
+CLUSTER_MODULES = ("mwnotebook.launchers.entry.worker_kernel", "mwnotebook.launchers.entry.netns_holder")
 
 #: A tf_keras ``fit`` that would run for hours; each worker drops a stamp file at batch 5 (training is
 #: really under way), and ``{fault}`` runs in the same callback.
@@ -144,8 +147,9 @@ def is_mw_process(proc: psutil.Process, modules: tuple[str, ...] = MW_MODULES) -
     return is_worker(proc, modules)
 
 
-def mw_descendants(pid: int | None = None, modules: tuple[str, ...] = MW_MODULES) -> set[int]:
-    """mwnotebook worker kernels and namespace holders below ``pid`` (default: this process)."""
+def mw_descendants(pid: int | None = None, modules: tuple[str, ...] = CLUSTER_MODULES) -> set[int]:
+    """mwnotebook worker kernels and namespace holders below ``pid`` (default: this process);
+    ``modules=MW_MODULES`` adds the worker templates."""
     try:
         root = psutil.Process(pid) if pid else psutil.Process()
         return {p.pid for p in root.children(recursive=True) if is_mw_process(p, modules)}

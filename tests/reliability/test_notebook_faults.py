@@ -21,7 +21,17 @@ import pytest
 
 from mwnotebook import Cluster
 
-from .conftest import LONG_FIT, WORKER_KERNELS, kill_all, mw_descendants, record, seed_lines_ok, wait_gone, worker_lines
+from .conftest import (
+    CLUSTER_MODULES,
+    LONG_FIT,
+    WORKER_KERNELS,
+    kill_all,
+    mw_descendants,
+    record,
+    seed_lines_ok,
+    wait_gone,
+    worker_lines,
+)
 
 pytestmark = [pytest.mark.reliability, pytest.mark.tf]
 
@@ -135,13 +145,15 @@ def _netns(pids: set[int]) -> set[str]:
     return {os.readlink(f"/proc/{pid}/ns/net") for pid in pids}
 
 
-def _tf_ports(pids: set[int]) -> set[int]:
-    ports = set()
-    for pid in pids:
-        config = json.loads(psutil.Process(pid).environ()["TF_CONFIG"])
-        own = config["cluster"]["worker"][config["task"]["index"]]
-        ports.add(int(own.rsplit(":", 1)[1]))
-    return ports
+def _tf_ports(nb) -> set[int]:
+    """The TF ports of a notebook's workers, as its cluster handed them out (a forked worker's
+    /proc/PID/environ shows its template's start-up environment, not the TF_CONFIG it was given)."""
+    code = ("import json\nfrom mwnotebook.frontend import magics as _m\n"
+            "print('PORTS', json.dumps([c['cluster']['worker'][c['task']['index']] "
+            "for c in _m._magics.session.cluster.tf_configs]))")
+    _, out, _ = nb.execute(code, timeout=30)
+    line = next(line for line in out.splitlines() if line.startswith("PORTS "))
+    return {int(address.rsplit(":", 1)[1]) for address in json.loads(line[len("PORTS "):])}
 
 
 def test_8a_tf_ports_taken_by_another_process(seed_code):
@@ -204,8 +216,8 @@ def test_8b_two_notebooks_start_clusters_at_the_same_moment(notebook_factory, se
     ok = {n: out.get(n) is not None and out[n][0]["content"]["status"] == "ok"
           and sorted(worker_lines(out[n][1])) == EXPECTED for n in ("a", "b")}
     wa, wb = a.workers(WORKER_KERNELS), b.workers(WORKER_KERNELS)
-    ports_a, ports_b = _tf_ports(wa), _tf_ports(wb)
-    everything = a.workers() | b.workers()
+    ports_a, ports_b = _tf_ports(a), _tf_ports(b)
+    everything = a.workers(CLUSTER_MODULES) | b.workers(CLUSTER_MODULES)  # the templates stay with their notebooks
     for nb in (a, b):
         nb.execute("%mwcluster stop", timeout=30)
     left, _ = wait_gone(everything, timeout=5)
