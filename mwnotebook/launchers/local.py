@@ -260,6 +260,7 @@ class LocalLauncher:
         return [format_address("127.0.0.1", port) for port in self._ports]
 
     async def _place_ports(self, count: int) -> None:
+        self._check_interpreter()  # before a template is started with it
         if self.use_template:
             try:
                 await self._place_with_template(count)
@@ -314,11 +315,14 @@ class LocalLauncher:
         self.use_template = False
         self._template = None
 
-    async def start(self, index: int, env: Mapping[str, str]) -> LocalKernelHandle:
+    def _check_interpreter(self, index: int = 0) -> None:
         if not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
             raise ClusterStartError(
                 f"worker {index}: the Python interpreter {self.python!r} does not exist or is not executable; "
                 "pass --python with the path of a Python that has ipykernel and TensorFlow", worker=index)
+
+    async def start(self, index: int, env: Mapping[str, str]) -> LocalKernelHandle:
+        self._check_interpreter(index)
         if self._namespace is not None and not self._namespace.alive():
             raise ClusterStartError(
                 "the private network namespace of this cluster is gone (its holder process ended); "
