@@ -57,7 +57,7 @@ def main() -> int:
     os.environ.pop("SSH_AUTH_SOCK", None)
     kinds: dict[str, Callable[[], Cluster]] = {
         "local": lambda: Cluster(workers=2, cpu=True),
-        "ssh": lambda: Cluster(hosts=tuple(h.alias for h in cluster.net.hosts), cpu=True),
+        "ssh": lambda: Cluster(hosts=tuple(h.alias for h in cluster.nodes), cpu=True),
         "slurm": lambda: Cluster(slurm="-N 2", workers=2, cpu=True),
     }
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}

@@ -126,9 +126,13 @@ class SSHKernelHandle:
                       exc_info=True)
         finally:
             if not self._exit:
-                reason = loss_reason(self._conn, self._keepalive_seconds) if self._conn else ""
-                self._exit = f"lost the SSH connection to {self.host}" + (f": {reason}" if reason else "")
+                self._exit = self._lost_description()
             self._ended.set()
+
+    def _lost_description(self) -> str:
+        """Why the kernel is gone when its agent's channel closed without an exit event."""
+        reason = loss_reason(self._conn, self._keepalive_seconds) if self._conn else ""
+        return f"lost the SSH connection to {self.host}" + (f": {reason}" if reason else "")
 
     async def is_alive(self) -> bool:
         return not self._ended.is_set()

@@ -54,7 +54,7 @@ for _ in range(100000):
 
 
 def test_killed_kernel_then_the_seed_on_two_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:
-    n0, n1 = slurm_env.net.hosts
+    n0, n1 = slurm_env.nodes
     with Cluster(slurm="-N 2", cpu=True) as cluster:
         cluster.start()
         jobs = slurm_env.jobs()
