@@ -1,11 +1,13 @@
-"""Reading the remote agent's JSON-lines channel (``entry/remote_agent.py``), whatever carries it: an
-SSH channel (``ssh_channel.Agent``) or a Slurm job step's stdout (``slurm.SrunAgent``)."""
+"""What the SSH and Slurm launchers share about remote agents (``entry/remote_agent.py``), whatever
+carries their channel: an SSH channel (``ssh_channel.Agent``) or a Slurm job step's stdout
+(``slurm.SrunAgent``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -23,3 +25,14 @@ async def next_agent_event(readline: Callable[[], Awaitable[str | bytes]], host:
             return event
         log.debug("unexpected line from the agent on %s: %r", host, line)
     return None
+
+
+async def gather_port_holders(reservations: Iterable[Awaitable[None]],
+                              release: Callable[[], Awaitable[None]]) -> None:
+    """Run the per-host port reservations (``ports`` agents) together; when any failed, release
+    what the others hold and raise the first error."""
+    results = await asyncio.gather(*reservations, return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        await release()
+        raise errors[0]

@@ -31,7 +31,7 @@ from typing import Any
 from mwnotebook.config import slurm as cmd
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
-from mwnotebook.launchers.agent_events import next_agent_event
+from mwnotebook.launchers.agent_events import gather_port_holders, next_agent_event
 from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
 from mwnotebook.launchers.slurm_job import SlurmAllocation
 from mwnotebook.launchers.slurm_shell import LocalSlurm, LoginSlurm, SlurmProcess, SlurmShell
@@ -228,11 +228,7 @@ class SlurmLauncher:
             for index, port in zip(indices, event["ports"]):
                 addresses[index] = format_address(address, int(port))
 
-        results = await asyncio.gather(*(reserve(n, ix) for n, ix in by_node.items()), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await self._release_ports()
-            raise errors[0]
+        await gather_port_holders((reserve(n, ix) for n, ix in by_node.items()), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
         return addresses
 

@@ -36,6 +36,7 @@ import asyncssh
 from mwnotebook.config.hosts import HostsArg, HostSpec, worker_hosts
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.launchers.agent_events import gather_port_holders
 from mwnotebook.launchers.ssh_channel import Agent, agent_error
 from mwnotebook.launchers.ssh_connect import SSHConnectError, SSHConnection, loss_reason, open_connection
 
@@ -303,12 +304,7 @@ class SSHLauncher:
             for index, port in zip(indices, event["ports"]):
                 addresses[index] = format_address(host_address, int(port))
 
-        results = await asyncio.gather(*(reserve(ix) for ix in by_host.values()),
-                                       return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await self._release_ports()
-            raise errors[0]
+        await gather_port_holders((reserve(ix) for ix in by_host.values()), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
         return addresses
 

@@ -195,6 +195,28 @@ class SlurmCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def start_and_kill_a_notebook(cluster: SlurmCluster, options: str) -> None:
+    """Start ``Cluster(OPTIONS)`` (2 workers) in another Python process, then SIGKILL that process: it
+    can clean nothing up itself. Checks it started with one job first."""
+    script = (
+        "import time\n"
+        "from mwnotebook import Cluster\n"
+        f"c = Cluster({options})\n"
+        "c.start()\n"
+        "print(' '.join(str(s.pid) for s in c.status()), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    notebook = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=root)
+    try:
+        pids = [int(p) for p in notebook.stdout.readline().split()]  # type: ignore[union-attr]
+        assert len(pids) == 2, "the cluster did not start"
+        assert len(cluster.jobs()) == 1
+    finally:
+        notebook.kill()
+        notebook.wait(timeout=10)
+
+
 def _children(pid: int) -> set[int]:
     """Child processes of ``pid`` (slurmctld's own helper, slurmscriptd)."""
     found = set()

@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,10 +21,9 @@ from pathlib import Path
 import pytest
 import slurm_cluster
 from seed_cell import SEED_CELL, expected_line
-from test_slurm_workers import LONG_RUN
+from test_slurm_workers import kill_worker_mid_run
 
-from mwnotebook import Cluster, WorkerDiedError
-from mwnotebook.shared.events import Event, WorkerOutput
+from mwnotebook import Cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -70,19 +68,7 @@ def test_seed_and_a_killed_kernel_through_the_login_node(laptop: slurm_cluster.S
 
         # A node's kernel is killed mid-run: named, the group restarted in the same allocation.
         before = [s.pid for s in status]
-        killed: list[int] = []
-
-        def kill_worker_1_once_training(event: Event) -> None:
-            if (isinstance(event, WorkerOutput) and event.worker == 1 and not killed
-                    and "training" in event.content.get("text", "")):
-                os.kill(before[1], signal.SIGKILL)
-                killed.append(before[1])
-
-        with pytest.raises(WorkerDiedError) as info:
-            cluster.run(LONG_RUN, on_event=kill_worker_1_once_training, timeout=300)
-        assert killed, "worker 1 never reached the training loop"
-        assert info.value.worker == 1 and info.value.restarted
-        assert "SIGKILL" in info.value.failures[0].exit_description
+        kill_worker_mid_run(cluster, before[1], worker=1)
         cluster.start()
         assert laptop.jobs() == jobs
         for old, new in zip(before, cluster.status()):
@@ -96,22 +82,7 @@ def test_seed_and_a_killed_kernel_through_the_login_node(laptop: slurm_cluster.S
 def test_killed_notebook_behind_the_login_node_leaves_nothing(laptop: slurm_cluster.SlurmCluster) -> None:
     """The notebook dies: its SSH connections close, and on the login host the reaper cancels the
     job and the srun agents end their kernels; nothing is left on the nodes or the login host."""
-    script = (
-        "import time\n"
-        "from mwnotebook import Cluster\n"
-        f"c = Cluster(slurm='-N 2', workers=2, slurm_login={laptop.login.alias!r})\n"
-        "c.start()\n"
-        "print(' '.join(str(s.pid) for s in c.status()), flush=True)\n"
-        "time.sleep(600)\n"
-    )
-    notebook = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        pids = [int(p) for p in notebook.stdout.readline().split()]  # type: ignore[union-attr]
-        assert len(pids) == 2, "the cluster did not start"
-        assert len(laptop.jobs()) == 1
-    finally:
-        notebook.kill()
-        notebook.wait(timeout=10)
+    slurm_cluster.start_and_kill_a_notebook(laptop, f"slurm='-N 2', workers=2, slurm_login={laptop.login.alias!r}")
     left = laptop.wait_no_leftovers(20)
     assert not left, f"left after the notebook process died: {left}"
 
