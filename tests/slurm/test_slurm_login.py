@@ -24,6 +24,7 @@ from seed_cell import SEED_CELL, expected_line
 from test_slurm_workers import kill_worker_mid_run
 
 from mwnotebook import Cluster
+from mwnotebook.launchers import slurm_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -119,10 +120,13 @@ def test_ctrl_c_while_pending_cancels_the_job_at_once(slurm_env: slurm_cluster.S
         slurm_env.run("scancel", blocker, check=False)
 
 
-def test_silently_dead_link_to_the_login_node_cancels_the_job(laptop: slurm_cluster.SlurmCluster) -> None:
+def test_silently_dead_link_to_the_login_node_cancels_the_job(laptop: slurm_cluster.SlurmCluster,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The network to the login node dies without a FIN or RST (sshd notices nothing for hours):
     on the login host the agents hear no ping for 10 s and end their kernels, the reaper hears none
-    for 30 s and cancels the job; the notebook sees its workers gone."""
+    for its limit (30 s; 10 s here, to keep the test short) and cancels the job; the notebook sees
+    its workers gone."""
+    monkeypatch.setattr(slurm_job, "REAPER_SILENCE_LIMIT", 10.0)
     with Cluster(slurm="-N 2", slurm_login=laptop.login.alias, workers=2) as cluster:
         cluster.start()
         (job,) = laptop.jobs()
