@@ -109,12 +109,15 @@ class SlurmCluster:
         """What a Slurm client needs to talk to this cluster."""
         return {"SLURM_CONF": str(self.conf)}
 
-    def run(self, *argv: str, timeout: float = 30, check: bool = True,
-            cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-        """A Slurm client command against this cluster."""
+    def run(self, *argv: str, timeout: float = 30, check: bool = True, cwd: str | None = None,
+            on_login: bool = False) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command against this cluster (``on_login``: from the login host's namespace,
+        for when the root namespace cannot reach it)."""
         env = {**os.environ, **self.env()}
         env.pop("SLURM_JOB_ID", None)
-        result = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+        prefix = ["nsenter", f"--net=/run/netns/{self.login.netns}"] if on_login else []
+        result = subprocess.run([*prefix, *argv], capture_output=True, text=True, env=env, timeout=timeout,
+                                cwd=cwd)
         if check and result.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
         return result
@@ -123,9 +126,9 @@ class SlurmCluster:
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
         return dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
 
-    def jobs(self) -> list[str]:
+    def jobs(self, on_login: bool = False) -> list[str]:
         """Ids of the jobs Slurm still knows as pending or running."""
-        out = self.run("squeue", "-h", "-o", "%i %T", check=False).stdout
+        out = self.run("squeue", "-h", "-o", "%i %T", check=False, on_login=on_login).stdout
         return [line.split()[0] for line in out.splitlines()
                 if line.split() and line.split()[1] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")]
 
