@@ -100,11 +100,12 @@ class SlurmAllocation:
             await proc.wait()
         except BaseException:
             if proc.returncode is None:
-                proc.terminate()  # salloc withdraws a pending request on SIGTERM
+                proc.terminate()  # salloc withdraws a pending request on SIGTERM (where it gets it)
+            if job:
+                await _cancel(shell, job)  # ends salloc too, also where sshd passes no signals
+            if proc.returncode is None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(proc.wait(), 10)
-            if job:
-                await _cancel(shell, job)
             raise
         finally:
             aborted.cancel()

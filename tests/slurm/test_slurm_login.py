@@ -88,13 +88,17 @@ def test_killed_notebook_behind_the_login_node_leaves_nothing(laptop: slurm_clus
     assert not left, f"left after the notebook process died: {left}"
 
 
-def test_ctrl_c_while_pending_cancels_the_job_at_once(slurm_env: slurm_cluster.SlurmCluster,
+@pytest.mark.parametrize("via", ["here", "login"])
+def test_ctrl_c_while_pending_cancels_the_job_at_once(slurm_env: slurm_cluster.SlurmCluster, via: str,
+                                                      request: pytest.FixtureRequest,
                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Ctrl-C while salloc waits (here, or on the login node over SSH): the job is withdrawn at once."""
+    login = request.getfixturevalue("laptop").login.alias if via == "login" else None
     busy = slurm_env.run("salloc", "--no-shell", "-N", "2", "--exclusive")
     blocker = busy.stderr.split("allocation")[-1].split()[0]
     timeout = 300.0
     try:
-        cluster = Cluster(slurm="-N 2", workers=2, startup_timeout=timeout)
+        cluster = Cluster(slurm="-N 2", workers=2, startup_timeout=timeout, slurm_login=login)
         seen_pending = threading.Event()
 
         def interrupt_once_pending() -> None:
