@@ -11,8 +11,13 @@ Every process on a node is the remote agent of ``entry/remote_agent.py`` (the on
 run as ``srun ... PYTHON -u -c BOOTSTRAP``; its source and configuration (the kernel's signing key
 included) travel on srun's stdin, never on a command line. One ``ports`` agent per node holds the
 TensorFlow ports; one ``kernel`` agent per worker runs its kernel, which binds the node's own
-address (``NodeAddr``): the notebook host is on the cluster network and reaches it directly, with
-signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports chosen on each node.
+address (``NodeAddr``), with signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports
+chosen on each node.
+
+Where the Slurm commands run and how kernels are reached (``slurm_shell.py``): by default here, the
+notebook host being on the cluster network, reaching each kernel at its node's address; with
+``--slurm-login HOST`` on that login node over SSH (srun's stdin/stdout being the SSH session's),
+each kernel port reached through an SSH forward from the notebook's loopback to the node's address.
 """
 
 from __future__ import annotations
