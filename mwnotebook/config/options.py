@@ -86,6 +86,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                              "runs in (SLURM_JOB_ID)")
     parser.add_argument("--slurm-job", default=None, metavar="JOBID",
                         help="run workers as job steps of this existing Slurm allocation")
+    parser.add_argument("--slurm-login", default=None, metavar="HOST",
+                        help="with --slurm/--slurm-job, from a machine off the cluster's network: run the "
+                             "Slurm commands on this login node over SSH ([user@]host[:port] or an ssh "
+                             "config alias) and reach the kernels through it")
     parser.add_argument("--no-template", action="store_true",
                         help="start every local worker as a fresh interpreter instead of forking it from "
                              "a process that has TensorFlow imported already (slower; same workers)")
@@ -112,7 +116,8 @@ def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
         gpus_per_worker=ns.gpus_per_worker, collective=ns.collective, mixed_precision=ns.mixed_precision,
         xla=ns.xla, preload=ns.preload, network=ns.network,
         template=not getattr(ns, "no_template", False),
-        slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None))
+        slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None),
+        slurm_login=getattr(ns, "slurm_login", None))
     if (fields["slurm"] is not None or fields["slurm_job"] is not None) and getattr(ns, "timeout", None):
         fields["startup_timeout"] = ns.timeout  # --timeout also bounds the wait in Slurm's queue
     return ClusterSpec(**fields)

@@ -138,6 +138,17 @@ def scancel_argv(job_id: str) -> list[str]:
     return ["scancel", job_id]
 
 
+def reaper_argv(job_id: str, silence_limit: float | None = None) -> list[str]:
+    """A tiny process that cancels the job when its stdin closes (the notebook side is gone). With
+    ``silence_limit`` (on a login node, reached over a connection that can die without a word) it
+    also cancels after that many seconds without a line (the launcher sends one every few seconds)."""
+    if silence_limit:
+        shell, script = "bash", f'while read -r -t {silence_limit:g} _; do :; done; exec "$@" >/dev/null 2>&1'
+    else:
+        shell, script = "sh", 'read _ || true; exec "$@" >/dev/null 2>&1'
+    return [shell, "-c", script, "mwnotebook-slurm-reaper", *scancel_argv(job_id)]
+
+
 def place_workers(nodes: Sequence[str], workers: int, per_node: int | None = None) -> list[str]:
     """The node of each worker: ``per_node`` on each node in order, or (without it) the workers
     spread over the nodes in blocks, the first nodes taking one more when they do not divide."""
@@ -162,6 +173,15 @@ def check_slurm_spec(spec: Any) -> None:
     if spec.network == "private":
         raise ConfigError("--network private applies to local workers only; Slurm workers use the "
                           "cluster's network")
+    login = getattr(spec, "slurm_login", None)
+    if login is not None:
+        if spec.slurm is None and spec.slurm_job is None:
+            raise ConfigError("--slurm-login says where to run the Slurm commands; give --slurm \"ARGS\" "
+                              "(a new allocation) or --slurm-job JOBID with it")
+        from mwnotebook.config.hosts import parse_host
+
+        if parse_host(login).slots is not None:
+            raise ConfigError(f"--slurm-login {login!r}: one login host, [user@]host[:port], without *N")
     if spec.slurm is not None:
         split_salloc_args(spec.slurm)
     if spec.slurm_job is not None:

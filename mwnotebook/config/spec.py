@@ -62,6 +62,9 @@ class ClusterSpec:
     #: ``--slurm``: salloc arguments ("" = none, or the allocation we are in); ``--slurm-job``: a job id.
     slurm: str | None = None
     slurm_job: str | None = None
+    #: ``--slurm-login HOST``: run the Slurm commands on this login node over SSH and reach the
+    #: kernels through it (the notebook is off the cluster's network).
+    slurm_login: str | None = None
     #: The host of each worker (empty without ``hosts``): ``--hosts`` is parsed here, once, and
     #: everything else (launcher, GPU split, export) reads this.
     placement: tuple[HostSpec, ...] = field(init=False, compare=False, repr=False, default=())
@@ -117,7 +120,7 @@ class ClusterSpec:
         if self.hosts and self.network == "private":
             raise ConfigError("--network private applies to local workers only; remote hosts use their own "
                               "networks (see notebooks/04_remote_hosts.ipynb for firewalling TF's ports)")
-        if self.uses_slurm:
+        if self.uses_slurm or self.slurm_login is not None:
             from mwnotebook.config.slurm import check_slurm_spec
 
             check_slurm_spec(self)

@@ -211,6 +211,9 @@ class AsyncCluster:
 
     async def kill(self) -> None:
         """Stop every worker at once, no questions asked (used at interpreter exit)."""
+        abort_start = getattr(self._launcher, "abort_start", None)
+        if abort_start is not None:
+            abort_start()  # a start waiting in a scheduler's queue ends now (Slurm: the job is cancelled)
         await self._finish_pending_start()
         await self._drop_release()
         workers, self._workers = self._workers, []

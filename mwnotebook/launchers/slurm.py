@@ -11,8 +11,13 @@ Every process on a node is the remote agent of ``entry/remote_agent.py`` (the on
 run as ``srun ... PYTHON -u -c BOOTSTRAP``; its source and configuration (the kernel's signing key
 included) travel on srun's stdin, never on a command line. One ``ports`` agent per node holds the
 TensorFlow ports; one ``kernel`` agent per worker runs its kernel, which binds the node's own
-address (``NodeAddr``): the notebook host is on the cluster network and reaches it directly, with
-signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports chosen on each node.
+address (``NodeAddr``), with signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports
+chosen on each node.
+
+Where the Slurm commands run and how kernels are reached (``slurm_shell.py``): by default here, the
+notebook host being on the cluster network, reaching each kernel at its node's address; with
+``--slurm-login HOST`` on that login node over SSH (srun's stdin/stdout being the SSH session's),
+each kernel port reached through an SSH forward from the notebook's loopback to the node's address.
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ from typing import Any
 from mwnotebook.config import slurm as cmd
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.launchers.agent_events import gather_port_holders, next_agent_event
 from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
 from mwnotebook.launchers.slurm_job import SlurmAllocation
+from mwnotebook.launchers.slurm_shell import LocalSlurm, LoginSlurm, SlurmProcess, SlurmShell
 from mwnotebook.launchers.ssh import DEFAULT_REQUIRE, SSHKernelHandle
-from mwnotebook.launchers.ssh_channel import agent_error
+from mwnotebook.launchers.ssh_channel import AGENT_PING_SECONDS, AGENT_SILENCE_LIMIT, agent_error
 
 __all__ = ["SlurmLauncher", "SrunAgent"]
 
@@ -45,53 +52,47 @@ _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"
 
 
 class SrunAgent:
-    """One run of the remote agent as a Slurm job step (the srun process's stdin/stdout)."""
+    """One run of the remote agent as a Slurm job step (the srun process's stdin/stdout, here or in
+    an SSH session on the login node)."""
 
-    def __init__(self, process: asyncio.subprocess.Process, node: str) -> None:
+    def __init__(self, process: SlurmProcess, node: str) -> None:
         self.process = process
         self.host = node
         self._stderr: list[str] = []
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
+        self._ping_task: asyncio.Future[None] | None = None
 
     @classmethod
-    async def start(cls, job_id: str, node: str, python: str, gpus: int | None = None) -> SrunAgent:
-        argv = cmd.srun_argv(job_id, node, [python, "-u", "-c", BOOTSTRAP], gpus)
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=1 << 22)
+    async def start(cls, shell: SlurmShell, job_id: str, node: str, python: str,
+                    gpus: int | None = None) -> SrunAgent:
+        process = await shell.spawn(cmd.srun_argv(job_id, node, [python, "-u", "-c", BOOTSTRAP], gpus))
         agent = cls(process, node)
-        agent._write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}")
+        agent.process.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}".encode())
+        if shell.pings:
+            # Over SSH the agent also stops when the notebook side falls silent (see ssh_channel).
+            agent.send(f"ping {AGENT_SILENCE_LIMIT:g}")
+            agent._ping_task = asyncio.ensure_future(agent._ping())
         return agent
 
-    def _write(self, text: str) -> None:
-        with contextlib.suppress(Exception):
-            assert self.process.stdin is not None
-            self.process.stdin.write(text.encode())
+    async def _ping(self) -> None:
+        while self.process.returncode is None:
+            await asyncio.sleep(AGENT_PING_SECONDS)
+            self.send("ping")
 
     def configure(self, config: Mapping[str, Any]) -> None:
         self.send(json.dumps(dict(config)))
 
     def send(self, line: str) -> None:
-        self._write(line + "\n")
+        self.process.write((line + "\n").encode())
 
     async def _drain_stderr(self) -> None:
-        assert self.process.stderr is not None
         with contextlib.suppress(Exception):
             while chunk := await self.process.stderr.read(4096):
                 self._stderr.append(chunk.decode(errors="replace"))
                 del self._stderr[:-8]
 
     async def next_event(self) -> dict[str, Any] | None:
-        assert self.process.stdout is not None
-        while line := await self.process.stdout.readline():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = None
-            if isinstance(event, dict):
-                return event
-            log.debug("unexpected line from the agent on %s: %r", self.host, line)
-        return None
+        return await next_agent_event(self.process.stdout.readline, self.host)
 
     async def why_it_ended(self, python: str) -> str:
         with contextlib.suppress(Exception):
@@ -108,39 +109,32 @@ class SrunAgent:
 
     async def close(self) -> None:
         """stdin EOF (the agent kills its kernel and exits, ending the step); then by force."""
-        with contextlib.suppress(Exception):
-            assert self.process.stdin is not None
-            self.process.stdin.close()
+        if self._ping_task is not None:
+            self._ping_task.cancel()
+        self.process.close_stdin()
         try:
             await asyncio.wait_for(self.process.wait(), 5)
         except asyncio.TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.terminate()  # srun cancels its step
+            self.process.terminate()  # srun cancels its step
             try:
                 await asyncio.wait_for(self.process.wait(), 5)
             except asyncio.TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-                await self.process.wait()
+                self.process.kill()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.process.wait(), 5)
         self._stderr_task.cancel()
 
 
 class SlurmKernelHandle(SSHKernelHandle):
-    """A kernel in a job step, reached directly at its node's address."""
+    """A kernel in a job step, reached at its node's address (or through the login node)."""
 
-    async def _watch_agent(self) -> None:
-        try:
-            while (event := await self._agent.next_event()) is not None:
-                if event.get("event") == "exit":
-                    self._exit = str(event.get("description", "exited"))
-                    self._log_tail = str(event.get("log", ""))
-                    break
-        except Exception:
-            log.debug("job step of worker %d on %s failed", self.index, self.host, exc_info=True)
-        finally:
-            if not self._exit:
-                self._exit = f"its Slurm job step on {self.host} ended (job cancelled or node lost?)"
-            self._ended.set()
+    shell: SlurmShell | None = None
+
+    def _lost_description(self) -> str:
+        lost = self.shell.lost() if self.shell is not None else ""
+        if lost:
+            return f"lost the SSH connection to the login node: {lost}"
+        return f"its Slurm job step on {self.host} ended (job cancelled or node lost?)"
 
 
 class _Node:
@@ -157,7 +151,7 @@ class SlurmLauncher:
                  workers: int = 2, workers_per_host: int | None = None,
                  gpus_per_worker: int | None = None, python: str | None = None,
                  require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
-                 cwd: str | None = None) -> None:
+                 cwd: str | None = None, login: str | None = None, ssh_config: str | None = None) -> None:
         self.workers = workers
         self.workers_per_host = workers_per_host
         self.gpus_per_worker = gpus_per_worker
@@ -173,13 +167,23 @@ class SlurmLauncher:
         self._holders: list[SrunAgent] = []
         self._handles: list[SlurmKernelHandle] = []
         self._allocating = asyncio.Lock()
+        #: Where the Slurm commands run; with a login node, kernel ports are forwarded through it.
+        self.shell: SlurmShell = LoginSlurm(login, ssh_config) if login else LocalSlurm()
+        self._abort = asyncio.Event()
 
     @classmethod
     def from_spec(cls, spec: Any) -> SlurmLauncher:
-        job = spec.slurm_job or (os.environ.get("SLURM_JOB_ID") if not spec.slurm else None)
-        return cls(salloc_args=spec.slurm, job_id=job, workers=spec.workers,
+        login = getattr(spec, "slurm_login", None)
+        inside = os.environ.get("SLURM_JOB_ID") if not spec.slurm and not login else None
+        return cls(salloc_args=spec.slurm, job_id=spec.slurm_job or inside, workers=spec.workers,
                    workers_per_host=spec.workers_per_host, gpus_per_worker=spec.gpus_per_worker,
-                   python=spec.python, startup_timeout=spec.startup_timeout)
+                   python=spec.python, startup_timeout=spec.startup_timeout, login=login,
+                   ssh_config=getattr(spec, "ssh_config", None))
+
+    def abort_start(self) -> None:
+        """Ctrl-C during a start: a wait in Slurm's queue ends now and the pending job is cancelled
+        (called by the engine before it waits for the start to wind down)."""
+        self._abort.set()
 
     @property
     def job_id(self) -> str | None:
@@ -202,9 +206,10 @@ class SlurmLauncher:
             log.warning("Slurm job %s has ended (%s); requesting a new allocation", old.job_id, old.state)
         if self.allocation is None:
             if self._job_id:
-                self.allocation = await SlurmAllocation.attach(self._job_id)
+                self.allocation = await SlurmAllocation.attach(self._job_id, self.shell, self._abort)
             else:
-                self.allocation = await SlurmAllocation.request(self._salloc, self.startup_timeout)
+                self.allocation = await SlurmAllocation.request(self._salloc, self.startup_timeout,
+                                                                self.shell, self._abort)
             self.placement = cmd.place_workers(self.allocation.nodes, self.workers, self.workers_per_host)
         return self.allocation
 
@@ -220,7 +225,7 @@ class SlurmLauncher:
         addresses = [""] * count
 
         async def reserve(node: str, indices: list[int]) -> None:
-            agent = await SrunAgent.start(allocation.job_id, node, self.python)
+            agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python)
             self._holders.append(agent)
             agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
             event = await self._first_event(agent, node, self.startup_timeout)
@@ -228,11 +233,7 @@ class SlurmLauncher:
             for index, port in zip(indices, event["ports"]):
                 addresses[index] = format_address(address, int(port))
 
-        results = await asyncio.gather(*(reserve(n, ix) for n, ix in by_node.items()), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await self._release_ports()
-            raise errors[0]
+        await gather_port_holders((reserve(n, ix) for n, ix in by_node.items()), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
         return addresses
 
@@ -267,7 +268,10 @@ class SlurmLauncher:
         node = self.placement[index]
         address = allocation.addresses.get(node, node)
         key = str(uuid.uuid4())
-        agent = await SrunAgent.start(allocation.job_id, node, self.python, self.gpus_per_worker)
+        agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python, self.gpus_per_worker)
+        listeners: list[Any] = []
+        info: dict[str, Any] = {"ip": address, "transport": "tcp", "key": key,
+                                "signature_scheme": "hmac-sha256", "kernel_name": ""}
         try:
             agent.configure({
                 "role": "kernel", "key": key, "signature_scheme": "hmac-sha256", "ip": address,
@@ -277,17 +281,19 @@ class SlurmLauncher:
             event = await self._first_event(agent, node, self.startup_timeout + 5)
             if event.get("event") != "ready":
                 raise ClusterStartError(f"{node}: unexpected agent reply {event.get('event')!r}", host=node)
-        except ClusterStartError as exc:
-            exc.worker = index
+            for name in _CHANNELS:  # direct: the node's own port; via a login node: a local forward
+                info["ip"], info[name], listener = await self.shell.forward(address, int(event["ports"][name]))
+                if listener is not None:
+                    listeners.append(listener)
+        except BaseException as exc:
+            if isinstance(exc, ClusterStartError):
+                exc.worker = index
+            for listener in listeners:
+                listener.close()
             await agent.close()
             raise
-        except BaseException:
-            await agent.close()
-            raise
-        info: dict[str, Any] = {"ip": address, "transport": "tcp", "key": key,
-                                "signature_scheme": "hmac-sha256", "kernel_name": ""}
-        info.update({name: int(event["ports"][name]) for name in _CHANNELS})
-        handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), [], info)  # type: ignore[arg-type]
+        handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), listeners, info)  # type: ignore[arg-type]
+        handle.shell = self.shell
         handle.remote_dir = str(event.get("dir", ""))
         self._handles = [h for h in self._handles if not h._ended.is_set()] + [handle]
         log.info("worker %d: kernel pid %s on %s (job %s)", index, handle.pid, node, allocation.job_id)
@@ -308,3 +314,4 @@ class SlurmLauncher:
         allocation, self.allocation = self.allocation, None
         if allocation is not None:
             await allocation.release()
+        await self.shell.close()

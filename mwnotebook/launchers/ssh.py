@@ -36,6 +36,7 @@ import asyncssh
 from mwnotebook.config.hosts import HostsArg, HostSpec, worker_hosts
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.launchers.agent_events import gather_port_holders
 from mwnotebook.launchers.ssh_channel import Agent, agent_error
 from mwnotebook.launchers.ssh_connect import SSHConnectError, SSHConnection, loss_reason, open_connection
 
@@ -126,9 +127,13 @@ class SSHKernelHandle:
                       exc_info=True)
         finally:
             if not self._exit:
-                reason = loss_reason(self._conn, self._keepalive_seconds) if self._conn else ""
-                self._exit = f"lost the SSH connection to {self.host}" + (f": {reason}" if reason else "")
+                self._exit = self._lost_description()
             self._ended.set()
+
+    def _lost_description(self) -> str:
+        """Why the kernel is gone when its agent's channel closed without an exit event."""
+        reason = loss_reason(self._conn, self._keepalive_seconds) if self._conn else ""
+        return f"lost the SSH connection to {self.host}" + (f": {reason}" if reason else "")
 
     async def is_alive(self) -> bool:
         return not self._ended.is_set()
@@ -299,12 +304,7 @@ class SSHLauncher:
             for index, port in zip(indices, event["ports"]):
                 addresses[index] = format_address(host_address, int(port))
 
-        results = await asyncio.gather(*(reserve(ix) for ix in by_host.values()),
-                                       return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await self._release_ports()
-            raise errors[0]
+        await gather_port_holders((reserve(ix) for ix in by_host.values()), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
         return addresses
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncssh
 
+from mwnotebook.launchers.agent_events import next_agent_event
 from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
 
 log = logging.getLogger(__name__)
@@ -71,15 +72,7 @@ class Agent:
 
     async def next_event(self) -> dict[str, Any] | None:
         """The next JSON event, or None when the channel closed."""
-        while line := await self.process.stdout.readline():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = None
-            if isinstance(event, dict):
-                return event
-            log.debug("unexpected line from the agent on %s: %r", self.host, line)
-        return None
+        return await next_agent_event(self.process.stdout.readline, self.host)
 
     def send(self, line: str) -> None:
         with contextlib.suppress(Exception):

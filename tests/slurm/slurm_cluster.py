@@ -4,10 +4,16 @@ test host (``tests/remote/netns_hosts.py``), so every node has its own address o
 Layout::
 
     root namespace (the notebook host, 10.213.N.1 on the bridge)
-        munged   (own key, own socket in the temp dir: AuthInfo=socket=...)
-        slurmctld (SlurmctldHost=<this host>(10.213.N.1), a free port)
+        munged   (own key, own socket in the temp dir: AuthInfo=socket=...; shared by all)
     netns mwnb-TAG-0  10.213.N.10   slurmd -N mwnode0  (sshd too, from netns_hosts)
     netns mwnb-TAG-1  10.213.N.11   slurmd -N mwnode1
+    netns mwnb-TAG-2  10.213.N.12   the login node: slurmctld (SlurmctldHost=<this host>(10.213.N.12))
+                                    and an sshd whose sessions get SLURM_CONF (alias ``mwhost2``)
+
+The notebook reaches the nodes directly, as on a login node; :meth:`SlurmCluster.nodes_unreachable`
+takes that away (blackhole routes in the root namespace to each node's address) so the notebook is a
+laptop that reaches only the login node: Slurm itself (slurmctld, slurmd, srun on the login node)
+does not notice, since none of its traffic leaves from the root namespace.
 
 Clients (salloc, srun, sinfo, scancel, scontrol) find this cluster through ``SLURM_CONF``;
 :meth:`SlurmCluster.env` gives the variables. Everything lives in one temporary directory; the
@@ -17,6 +23,7 @@ Needs root and Debian's ``slurm-wlm`` + ``munge``; :func:`unavailable_reason` sa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -25,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +74,30 @@ class SlurmCluster:
     daemons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
+    def nodes(self) -> list[netns_hosts.TestHost]:
+        """The namespace hosts running a slurmd (the last test host is the login node)."""
+        return self.net.hosts[:len(self.node_names)]
+
+    @property
+    def login(self) -> netns_hosts.TestHost:
+        return self.net.hosts[len(self.node_names)]
+
+    @contextlib.contextmanager
+    def nodes_unreachable(self) -> Iterator[None]:
+        """While active, the root namespace (the notebook) cannot reach any node, only the login node."""
+        added = []
+        try:
+            for host in self.nodes:
+                subprocess.run(["ip", "route", "add", "blackhole", f"{host.address}/32"], check=True,
+                               capture_output=True, timeout=10)
+                added.append(host.address)
+            yield
+        finally:
+            for address in added:
+                subprocess.run(["ip", "route", "del", "blackhole", f"{address}/32"], capture_output=True,
+                               timeout=10)
+
+    @property
     def conf(self) -> Path:
         return self.root / "slurm.conf"
 
@@ -77,12 +109,15 @@ class SlurmCluster:
         """What a Slurm client needs to talk to this cluster."""
         return {"SLURM_CONF": str(self.conf)}
 
-    def run(self, *argv: str, timeout: float = 30, check: bool = True,
-            cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-        """A Slurm client command against this cluster."""
+    def run(self, *argv: str, timeout: float = 30, check: bool = True, cwd: str | None = None,
+            on_login: bool = False) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command against this cluster (``on_login``: from the login host's namespace,
+        for when the root namespace cannot reach it)."""
         env = {**os.environ, **self.env()}
         env.pop("SLURM_JOB_ID", None)
-        result = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+        prefix = ["nsenter", f"--net=/run/netns/{self.login.netns}"] if on_login else []
+        result = subprocess.run([*prefix, *argv], capture_output=True, text=True, env=env, timeout=timeout,
+                                cwd=cwd)
         if check and result.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
         return result
@@ -91,9 +126,9 @@ class SlurmCluster:
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
         return dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
 
-    def jobs(self) -> list[str]:
+    def jobs(self, on_login: bool = False) -> list[str]:
         """Ids of the jobs Slurm still knows as pending or running."""
-        out = self.run("squeue", "-h", "-o", "%i %T", check=False).stdout
+        out = self.run("squeue", "-h", "-o", "%i %T", check=False, on_login=on_login).stdout
         return [line.split()[0] for line in out.splitlines()
                 if line.split() and line.split()[1] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")]
 
@@ -122,7 +157,8 @@ class SlurmCluster:
         """Per node: processes in its namespace other than sshd and slurmd (job steps, kernels)."""
         keep = {self.net.hosts[i].sshd.pid for i in range(len(self.net.hosts))  # type: ignore[union-attr]
                 if self.net.hosts[i].sshd is not None}
-        keep |= {p.pid for n, p in self.daemons.items() if n.startswith("slurmd")}
+        keep |= {p.pid for n, p in self.daemons.items() if n.startswith("slurmd") or n == "slurmctld"}
+        keep |= _children(self.daemons["slurmctld"].pid) if "slurmctld" in self.daemons else set()
         left = {}
         for host in self.net.hosts:
             pids = netns_hosts.ns_pids(host.netns) - keep
@@ -162,12 +198,47 @@ class SlurmCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def start_and_kill_a_notebook(cluster: SlurmCluster, options: str) -> None:
+    """Start ``Cluster(OPTIONS)`` (2 workers) in another Python process, then SIGKILL that process: it
+    can clean nothing up itself. Checks it started with one job first."""
+    script = (
+        "import time\n"
+        "from mwnotebook import Cluster\n"
+        f"c = Cluster({options})\n"
+        "c.start()\n"
+        "print(' '.join(str(s.pid) for s in c.status()), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    notebook = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=root)
+    try:
+        pids = [int(p) for p in notebook.stdout.readline().split()]  # type: ignore[union-attr]
+        assert len(pids) == 2, "the cluster did not start"
+        assert len(cluster.jobs()) == 1
+    finally:
+        notebook.kill()
+        notebook.wait(timeout=10)
+
+
+def _children(pid: int) -> set[int]:
+    """Child processes of ``pid`` (slurmctld's own helper, slurmscriptd)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
 def _write_conf(cluster: SlurmCluster, ctl_port: int, node_port: int, cpus: int) -> None:
     root = cluster.root
     ctl_host = socket.gethostname().split(".")[0]
     lines = [
         "ClusterName=mwtest",
-        f"SlurmctldHost={ctl_host}({cluster.net.address(1)})",
+        f"SlurmctldHost={ctl_host}({cluster.login.address})",
         f"SlurmctldPort={ctl_port}",
         f"SlurmdPort={node_port}",
         "SlurmUser=root",
@@ -207,6 +278,22 @@ def _write_conf(cluster: SlurmCluster, ctl_port: int, node_port: int, cpus: int)
     cluster.conf.write_text("\n".join(lines) + "\n")
 
 
+def _login_sshd(cluster: SlurmCluster) -> None:
+    """Restart the login host's sshd with ``SetEnv SLURM_CONF=...``: its sessions find this cluster
+    the way a real login node's find /etc/slurm/slurm.conf."""
+    login = cluster.login
+    keys = cluster.net.root / "keys"
+    conf = keys / "sshd-login.conf"
+    conf.write_text((keys / f"sshd{login.index}.conf").read_text() + f"SetEnv SLURM_CONF={cluster.conf}\n")
+    assert login.sshd is not None
+    login.sshd.terminate()
+    login.sshd.wait(timeout=10)
+    login.sshd = subprocess.Popen(
+        ["ip", "netns", "exec", login.netns, netns_hosts.SSHD, "-D", "-e", "-f", str(conf)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(keys / "sshd-login.log", "wb"))
+    netns_hosts._wait_port(login.address, 22, timeout=15)
+
+
 def _wait_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -217,7 +304,7 @@ def _wait_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> N
 
 def create(nodes: int = 2, cpus: int = 2) -> SlurmCluster:
     """Start a Slurm cluster of ``nodes`` nodes; on any failure everything made is removed."""
-    net = netns_hosts.create(nodes, suffix="s")  # beside the SSH tests' hosts of the same session
+    net = netns_hosts.create(nodes + 1, suffix="s")  # beside the SSH tests' hosts of the same session
     cluster = SlurmCluster(net=net, root=Path(tempfile.mkdtemp(prefix="mwnb-slurm-")),
                            node_names=[f"mwnode{i}" for i in range(nodes)])
     try:
@@ -253,8 +340,10 @@ def _start(cluster: SlurmCluster, cpus: int) -> None:
 
     env = {**os.environ, **cluster.env()}
     env.pop("SLURM_JOB_ID", None)
+    _login_sshd(cluster)
     cluster.daemons["slurmctld"] = subprocess.Popen(
-        [str(_binary("slurmctld")), "-D", "-c", "-i", "-f", str(cluster.conf)],
+        ["nsenter", f"--net=/run/netns/{cluster.login.netns}",
+         str(_binary("slurmctld")), "-D", "-c", "-i", "-f", str(cluster.conf)],
         stdin=subprocess.DEVNULL, stdout=open(log_dir / "slurmctld.out", "wb"),
         stderr=subprocess.STDOUT, env=env)
     for name, host in zip(cluster.node_names, cluster.net.hosts):

@@ -36,7 +36,7 @@ def test_lesson_notebook_runs_the_cell_in_three_places(slurm_env: slurm_cluster.
     # OpenSSH reads the passwd home's ~/.ssh/config whatever HOME says: name the test config as ssh -F would
     monkeypatch.setenv("MWNOTEBOOK_SSH_CONFIG", str(net.ssh_config))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    monkeypatch.setenv("MWNOTEBOOK_HOSTS", ",".join(h.alias for h in net.hosts))
+    monkeypatch.setenv("MWNOTEBOOK_HOSTS", ",".join(h.alias for h in slurm_env.nodes))
     monkeypatch.setenv("MWNOTEBOOK_SLURM", "-N 2")
     monkeypatch.setenv("MWNOTEBOOK_PYTHON", sys.executable)
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -55,7 +55,7 @@ def test_lesson_notebook_runs_the_cell_in_three_places(slurm_env: slurm_cluster.
             assert f"[worker {i}] {expected_line(i)}" in lines, text_of(train)[-3000:]
     status = text_of(next(c for c in code if c.source.strip() == "%mwcluster status"))
     assert "Slurm job" in status and "(RUNNING) on mwnode0, mwnode1" in status, status
-    for host in net.hosts:
+    for host in slurm_env.nodes:
         assert host.address in status
     # %mwcluster stop cancelled the job; slurm_env checks that nothing is left on the nodes.
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -53,8 +51,25 @@ for _ in range(100000):
 """
 
 
+def kill_worker_mid_run(cluster: Cluster, pid: int, worker: int) -> None:
+    """SIGKILL a worker's kernel once LONG_RUN trains: the cell fails naming it, the group restarts."""
+    killed: list[int] = []
+
+    def kill_once_training(event: Event) -> None:
+        if (isinstance(event, WorkerOutput) and event.worker == worker and not killed
+                and "training" in event.content.get("text", "")):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    with pytest.raises(WorkerDiedError) as info:
+        cluster.run(LONG_RUN, on_event=kill_once_training, timeout=300)
+    assert killed, f"worker {worker} never reached the training loop"
+    assert info.value.worker == worker and info.value.restarted
+    assert "SIGKILL" in info.value.failures[0].exit_description
+
+
 def test_killed_kernel_then_the_seed_on_two_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:
-    n0, n1 = slurm_env.net.hosts
+    n0, n1 = slurm_env.nodes
     with Cluster(slurm="-N 2", cpu=True) as cluster:
         cluster.start()
         jobs = slurm_env.jobs()
@@ -73,19 +88,7 @@ def test_killed_kernel_then_the_seed_on_two_nodes(slurm_env: slurm_cluster.Slurm
 
         # A node's kernel is killed mid-run: named, the group restarted in the same allocation.
         before = [s.pid for s in status]
-        killed_at: list[float] = []
-
-        def kill_worker_1_once_training(event: Event) -> None:
-            if (isinstance(event, WorkerOutput) and event.worker == 1 and not killed_at
-                    and "training" in event.content.get("text", "")):
-                os.kill(before[1], signal.SIGKILL)
-                killed_at.append(time.monotonic())
-
-        with pytest.raises(WorkerDiedError) as info:
-            cluster.run(LONG_RUN, on_event=kill_worker_1_once_training, timeout=300)
-        assert killed_at, "worker 1 never reached the training loop"
-        assert info.value.worker == 1 and info.value.restarted
-        assert "SIGKILL" in info.value.failures[0].exit_description
+        kill_worker_mid_run(cluster, before[1], worker=1)
         cluster.start()  # waits for the background restart
         assert slurm_env.jobs() == jobs
         status = cluster.status()
@@ -188,21 +191,6 @@ def test_pending_job_times_out_and_is_cancelled(slurm_env: slurm_cluster.SlurmCl
 
 
 def test_killed_notebook_process_leaves_no_job(slurm_env: slurm_cluster.SlurmCluster) -> None:
-    script = (
-        "import time\n"
-        "from mwnotebook import Cluster\n"
-        "c = Cluster(slurm='-N 2', workers=2)\n"
-        "c.start()\n"
-        "print(' '.join(str(s.pid) for s in c.status()), flush=True)\n"
-        "time.sleep(600)\n"
-    )
-    notebook = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        pids = [int(p) for p in notebook.stdout.readline().split()]  # type: ignore[union-attr]
-        assert len(pids) == 2, "the cluster did not start"
-        assert len(slurm_env.jobs()) == 1
-    finally:
-        notebook.kill()
-        notebook.wait(timeout=10)
+    slurm_cluster.start_and_kill_a_notebook(slurm_env, "slurm='-N 2', workers=2")
     left = slurm_env.wait_no_leftovers(20)
     assert not left, f"left after the notebook process died: {left}"
