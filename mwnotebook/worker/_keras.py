@@ -6,6 +6,7 @@ the call has one or the switch is off.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 from typing import Any
@@ -69,8 +70,8 @@ def _logs_are_summed(model: Any, strategy: Any) -> bool:
 
 def _keras_base() -> type:
     tf = _tf()
-    if tf is None:
-        import tensorflow as tf  # the user is calling model.fit, TF is there
+    if tf is None:  # the user is calling model.fit, TF is there
+        tf = importlib.import_module("tensorflow")
     return tf.keras.callbacks.Callback
 
 

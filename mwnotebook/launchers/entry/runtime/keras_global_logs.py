@@ -103,7 +103,7 @@ def patch_training_module(training: ModuleType) -> None:
     """Install the fix into ``tf_keras.src.engine.training`` (idempotent)."""
     reduce = training.reduce_per_replica
     if not getattr(reduce, "_mwnotebook_first_for_metrics", False):
-        training.reduce_per_replica = _first_replica_for_metrics(reduce, training)
+        training.reduce_per_replica = _first_replica_for_metrics(reduce, training)  # type: ignore[attr-defined]
     model = training.Model
     for name in ENTRY_POINTS:
         method = getattr(model, name)
