@@ -60,6 +60,7 @@ def _first_replica_for_metrics(original: Callable[..., Any], training: ModuleTyp
     def reduce_per_replica(values: Any, strategy: Any, reduction: str) -> Any:
         model = _tracing_model.get()
         if (model is None or reduction != "auto" or not isinstance(values, dict)
+                or getattr(model, "_cluster_coordinator", None) is not None  # parameter servers
                 or getattr(strategy, "num_replicas_in_sync", 1) <= 1
                 or training.backend.is_tpu_strategy(strategy)):
             return original(values, strategy, reduction)
