@@ -10,7 +10,8 @@ Nothing here imports TensorFlow until it is needed.
 
 from __future__ import annotations
 
-from mwnotebook.worker._report import flush, keras_callback, report
+from mwnotebook.worker._keras import keras_callback
+from mwnotebook.worker._report import flush, report
 from mwnotebook.worker._strategy import global_batch, num_replicas, strategy, visible_devices
 
 __all__ = ["auto_keras_callback", "flush", "global_batch", "keras_callback", "num_replicas", "report", "strategy",

@@ -1,4 +1,4 @@
-"""Worker side of live metrics: ``mw.report(step=..., **metrics)`` and ``mw.keras_callback()``.
+"""Worker side of live metrics: ``mw.report(step=..., **metrics)``, buffered and sent in batches.
 
 Runs inside each worker kernel (re-exported by :mod:`mwnotebook.worker`). Records travel over the
 kernel's own IOPub channel as ``display_data`` whose data holds :data:`METRICS_MIME` with the
@@ -17,7 +17,9 @@ Cost model (why it is built this way):
   timer flushes a buffer that would otherwise wait for the next report (e.g. during evaluation).
 
 Local and global values: by convention ``loss`` is the worker's own value and ``global_loss`` the
-value over all workers (see :mod:`mwnotebook.shared.metrics`).
+value over all workers (see :mod:`mwnotebook.shared.metrics`). Values are converted by
+:mod:`mwnotebook.worker._values`; the Keras callback (:mod:`mwnotebook.worker._keras`) reports
+through the same :class:`Reporter`.
 """
 
 from __future__ import annotations
@@ -25,14 +27,13 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from mwnotebook.shared.events import METRICS_MIME
-from mwnotebook.shared.metrics import GLOBAL_PREFIX, encode_float
+from mwnotebook.worker._values import _json_value, _needs_graph, _snapshot, _tf, _to_number
 
 log = logging.getLogger(__name__)
 
@@ -40,90 +41,6 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 0.1
 #: A flush is forced when this many records are buffered, whatever the interval.
 MAX_BUFFER = 5000
-
-
-class _Lazy:
-    """A value computed from tensors at flush time (e.g. ``total / count``), not at report time."""
-
-    __slots__ = ("fn", "args")
-
-    def __init__(self, fn: Callable[..., float], *args: Any) -> None:
-        self.fn = fn
-        self.args = args
-
-    def resolve(self) -> float:
-        return self.fn(*(_to_number(a) for a in self.args))
-
-
-def _to_number(value: Any) -> Any:
-    """A plain Python number from a float, numpy scalar, size-1 array or (eager) tensor."""
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, _Lazy):
-        return value.resolve()
-    if _kind(value) in (_EAGER, _VARIABLE):
-        value = value.numpy()
-    item = getattr(value, "item", None)  # numpy scalars and size-1 arrays
-    if item is not None:
-        try:
-            return item()
-        except ValueError as exc:
-            raise ValueError(f"metric values must be scalars, got shape {value.shape}") from exc
-    return float(value)
-
-
-def _json_value(value: Any) -> Any:
-    """JSON-safe number (or string) for a record; ``None`` with a warning when not convertible."""
-    try:
-        value = _to_number(value)
-    except (TypeError, ValueError) as exc:  # a bad metric must not break the training loop
-        log.warning("mwnotebook.worker.report: dropped a value that is not a number: %s", exc)
-        return None
-    if isinstance(value, float):
-        return encode_float(value)
-    return value
-
-
-def _tf() -> Any:
-    """TensorFlow if this process already imported it (report never imports it itself)."""
-    return sys.modules.get("tensorflow")
-
-
-_PLAIN, _EAGER, _VARIABLE, _GRAPH = "plain", "eager", "variable", "graph"
-_KINDS: dict[type, str] = {bool: _PLAIN, int: _PLAIN, float: _PLAIN, type(None): _PLAIN}
-
-
-def _kind(value: Any) -> str:
-    """How a value must be handled, cached per type (``report`` runs every training step)."""
-    cls = type(value)
-    kind = _KINDS.get(cls)
-    if kind is None:
-        tf = _tf()
-        if cls.__name__ == "EagerTensor":
-            kind = _EAGER  # concrete already; converted at flush time
-        elif tf is not None and isinstance(value, tf.Variable):
-            kind = _VARIABLE  # may change before the flush: snapshot it
-        elif tf is not None and isinstance(value, tf.Tensor):
-            kind = _GRAPH  # a symbolic tensor: we are tracing a tf.function
-        else:
-            kind = _PLAIN  # numbers, numpy scalars, _Lazy, ...
-        _KINDS[cls] = kind
-    return kind
-
-
-def _snapshot(value: Any) -> Any:
-    """Freeze a variable's current value without a device sync (a tensor, read at flush time)."""
-    return value.read_value() if _kind(value) == _VARIABLE else value
-
-
-def _needs_graph(values: Any) -> bool:
-    """True while tracing a tf.function: the values are symbolic and must go via py_function."""
-    graph = False
-    for value in values:
-        kind = _kind(value)
-        if kind == _GRAPH or (kind == _VARIABLE and _tf().inside_function()):
-            graph = True
-    return graph
 
 
 def _worker_index() -> int | None:
@@ -299,155 +216,3 @@ def report(step: Any = None, **metrics: Any) -> None:
 def flush() -> None:
     """Send buffered records now (normally not needed: the cell end flushes)."""
     reporter().flush()
-
-
-# ---------------------------------------------------------------------------------------------
-# Keras
-
-
-def _mean_of_parts(n: int, *parts: Any) -> float:
-    """sum(totals) / sum(counts) for ``parts = totals + counts`` (``n`` of each)."""
-    total = sum(float(p) for p in parts[:n])
-    count = sum(float(p) for p in parts[n:])
-    return total / count if count else math.nan
-
-
-def _divide(value: Any, by: float) -> float:
-    return float(value) / by
-
-
-def _local_reduce_metric(strategy: Any, metric: Any) -> tuple[list[Any], list[Any]] | None:
-    """This worker's own (total, count) components of a mean metric, without a collective."""
-    total = getattr(metric, "total", None)
-    count = getattr(metric, "count", None)
-    if total is None or count is None or not hasattr(total, "read_value"):
-        return None
-    if strategy is not None:
-        totals = strategy.experimental_local_results(total)
-        counts = strategy.experimental_local_results(count)
-    else:
-        totals, counts = (total,), (count,)
-    return [t.read_value() for t in totals], [c.read_value() for c in counts]
-
-
-def _logs_are_summed(model: Any, strategy: Any) -> bool:
-    """True when tf_keras summed batch-end logs over replicas (see :class:`_KerasReporter`)."""
-    if strategy is None or getattr(strategy, "num_replicas_in_sync", 1) <= 1:
-        return False
-    module = type(model).__module__
-    legacy = module.startswith(("tf_keras", "keras.src.engine", "keras.engine"))
-    if not legacy:
-        return False  # Keras 3 reports per-batch metrics already reduced correctly
-    tf = _tf()
-    try:
-        tpu = tf is not None and isinstance(strategy, (tf.distribute.TPUStrategy,))
-    except AttributeError:  # pragma: no cover
-        tpu = False
-    method = getattr(model, "distribute_reduction_method", None) or "auto"
-    if method == "auto":
-        method = "first" if tpu else "sum"
-    return method == "sum"
-
-
-def _keras_base() -> type:
-    tf = _tf()
-    if tf is None:
-        import tensorflow as tf  # the user is calling model.fit, TF is there
-    return tf.keras.callbacks.Callback
-
-
-def keras_callback(*, every: int = 1, local: bool = True) -> Any:
-    """A Keras callback that reports batch and epoch metrics of ``model.fit`` to the dashboard.
-
-    Under ``MultiWorkerMirroredStrategy`` (tf_keras) the batch-end ``logs`` Keras hands to callbacks
-    are the SUM over all replicas of each replica's running mean (measured with 2 workers: batch
-    loss 1.57 while the epoch history says 0.787). This callback reports:
-
-    * ``global_<name>``: the batch log divided by the number of replicas -- the running mean over
-      all workers (exact when every replica gets the same batch size, which is the usual case);
-      at epoch end, the epoch logs as Keras computed them (already correct);
-    * ``<name>`` (when ``local=True``): this worker's own running mean, read from its local part of
-      the metric's ``total``/``count`` variables (no collective, no extra device sync per batch).
-
-    ``every``: report every n-th batch only.
-    """
-    base = _keras_base()
-
-    class _KerasReporter(base):  # type: ignore[misc, valid-type]
-        _supports_tf_logs = True  # keep logs as tensors: no per-batch device sync for us
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._every = max(1, int(every))
-            self._local = local
-            self._step = 0
-            self._epoch = 0
-            self._divisor = 1.0
-            self._strategy: Any = None
-            self._last_global: dict[str, _Lazy] = {}
-            self._reporter = reporter()
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            self._reporter._install_hook()
-            self._strategy = getattr(self.model, "distribute_strategy", None)
-            summed = _logs_are_summed(self.model, self._strategy)
-            self._divisor = float(self._strategy.num_replicas_in_sync) if summed else 1.0
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._epoch = epoch
-
-        def _local_values(self, logs: Any, global_values: dict[str, Any]) -> dict[str, Any]:
-            """This worker's own values of the metrics in ``logs`` (see keras_callback)."""
-            values: dict[str, Any] = {}
-            for metric in getattr(self.model, "metrics", []):
-                if metric.name not in logs:
-                    continue
-                parts = _local_reduce_metric(self._strategy, metric)
-                if parts is not None:
-                    totals, counts = parts
-                    values[metric.name] = _Lazy(_mean_of_parts, len(totals), *totals, *counts)
-            replicas = getattr(self._strategy, "num_replicas_in_sync", 1)
-            if not values and replicas == 1:
-                # one replica (e.g. Keras 3 in one process): the local value is the global one
-                values = {k[len(GLOBAL_PREFIX):]: v for k, v in global_values.items()}
-            return values
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._step += 1
-            if (self._step - 1) % self._every:
-                return
-            values: dict[str, Any] = {}
-            for name, value in (logs or {}).items():
-                values[GLOBAL_PREFIX + name] = _Lazy(_divide, value, self._divisor)
-            self._last_global = dict(values)
-            if self._local:
-                values.update(self._local_values(logs or {}, self._last_global))
-            self._reporter.add(self._step, values,
-                               extra={"kind": "batch", "epoch": self._epoch, "batch": batch})
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            logs = logs or {}
-            values: dict[str, Any] = {GLOBAL_PREFIX + k: v for k, v in logs.items()}
-            if self._local:
-                values.update(self._local_values(logs, values))
-            self._check_divisor(logs)
-            self._reporter.add(self._step, values, extra={"kind": "epoch", "epoch": epoch})
-
-        def _check_divisor(self, logs: Any) -> None:
-            """Warn when the last batch's corrected value disagrees with Keras' epoch value."""
-            if self._every != 1 or "loss" not in logs or "global_loss" not in self._last_global:
-                return
-            try:
-                batch_value = self._last_global["global_loss"].resolve()
-                epoch_value = float(_to_number(logs["loss"]))
-            except Exception:  # a sanity check must never break training
-                return
-            if math.isfinite(epoch_value) and abs(batch_value - epoch_value) > 1e-3 * max(1.0, abs(epoch_value)):
-                log.warning("mwnotebook: batch-level global loss %.5f differs from Keras' epoch loss "
-                            "%.5f; batch curves may be scaled wrongly for this Keras/strategy",
-                            batch_value, epoch_value)
-
-        def on_train_end(self, logs: Any = None) -> None:
-            self._reporter.flush()
-
-    return _KerasReporter()

@@ -12,8 +12,6 @@ worker template (``worker_template.py``, which handles parent death its own way)
 from __future__ import annotations
 
 import ctypes
-import importlib.abc
-import importlib.util
 import logging
 import os
 import signal
@@ -22,6 +20,7 @@ import threading
 import time
 
 from mwnotebook.launchers.entry import worker_runtime
+from mwnotebook.launchers.entry.runtime.after_import import patch_when_imported
 
 PARENT_POLL_SECONDS = 0.5
 
@@ -46,7 +45,7 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="mwnotebook-parent-watch", daemon=True).start()
 
 
-class _ScriptLevelTensorFlowLogs(importlib.abc.MetaPathFinder):
+def _script_level_logs(tensorflow: object) -> None:
     """Give TensorFlow's Python logger the level it has in a script.
 
     TensorFlow logs at INFO to stdout when it sees an interactive shell (IPython sets ``sys.ps1``),
@@ -54,30 +53,12 @@ class _ScriptLevelTensorFlowLogs(importlib.abc.MetaPathFinder):
     code run as a script (the seed's hand launch) does not. ``tf.get_logger().setLevel("INFO")``
     in a cell brings them back.
     """
-
-    def find_spec(self, fullname: str, path: object, target: object = None) -> object:
-        if fullname != "tensorflow":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        load = spec.loader.exec_module  # type: ignore[union-attr]
-
-        def exec_module(module: object) -> None:
-            load(module)  # type: ignore[arg-type]
-            logging.getLogger("tensorflow").setLevel(logging.WARNING)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign,union-attr]
-        return spec
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
 
 
 def script_level_tensorflow_logs() -> None:
-    """Install the hook before TensorFlow is imported (here, or in a worker template)."""
-    if "tensorflow" in sys.modules:
-        logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    elif not any(isinstance(f, _ScriptLevelTensorFlowLogs) for f in sys.meta_path):
-        sys.meta_path.insert(0, _ScriptLevelTensorFlowLogs())
+    """Set the level when TensorFlow is imported, or now if it already is (here, or in a worker template)."""
+    patch_when_imported("tensorflow", _script_level_logs)
 
 
 def serve(argv: list[str] | None = None) -> None:

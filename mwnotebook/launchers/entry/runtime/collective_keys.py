@@ -32,13 +32,12 @@ cell. A cell that builds a different number of strategies on different workers (
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import logging
 import os
-import sys
 from types import ModuleType
 from typing import Any
+
+from mwnotebook.launchers.entry.runtime.after_import import patch_when_imported
 
 log = logging.getLogger(__name__)
 
@@ -122,35 +121,8 @@ def patch_strategy_classes(module: ModuleType) -> None:
         cls.__init__ = __init__
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Runs :func:`patch_strategy_classes` right after TensorFlow executes the strategy module."""
-
-    def find_spec(self, fullname: str, path: object, target: object = None) -> Any:
-        if fullname != TARGET_MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        load = spec.loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            load(module)
-            try:
-                patch_strategy_classes(module)
-            except Exception:
-                log.warning("could not give strategies fresh collective keys", exc_info=True)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def install() -> None:
     """Arrange the patch for when TensorFlow is imported (or apply it now if it already is)."""
     if os.environ.get(DISABLE_ENV) == "0":
         return
-    module = sys.modules.get(TARGET_MODULE)
-    if module is not None:
-        patch_strategy_classes(module)
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+    patch_when_imported(TARGET_MODULE, patch_strategy_classes)
