@@ -73,7 +73,7 @@ class ChartOnFirstMetric:
             return True
         try:
             self.dashboard = self._factory(self.num_workers)
-        except ImportError:  # plotly / ipywidgets missing: text output only
+        except ImportError:  # a missing library: text output only
             self._factory = lambda n: None
             return False
         if self.dashboard is None:

@@ -102,19 +102,24 @@ class Dashboard:
     def _push(self) -> None:
         """One frontend update: the chart (its static copy once finished) and the status table."""
         try:
-            self._shown = self._series()
+            if self._finished:
+                self._shown = self._series()
+                chart = self.static_bundle(self._shown)
+            else:
+                self._shown = self._series(min(LIVE_POINTS, self.max_points))
+                chart = self.live_chart_bundle(self._shown)
             if self._chart_handle is not None:
-                chart = self.static_bundle() if self._finished else self.live_chart_bundle()
                 self._chart_handle.update(chart, raw=True)
             if self._status_handle is not None:
                 self._status_handle.update(self.status_bundle(), raw=True)
         except Exception:  # a broken display must never break the training run
             log.exception("mwnotebook dashboard update failed")
 
-    def live_chart_bundle(self) -> dict[str, Any]:
-        """The chart while the run goes on: an SVG picture in HTML (the browser swaps it in a few
-        milliseconds; plotly's chart would have to be drawn anew each time)."""
-        series = self._series(min(LIVE_POINTS, self.max_points))
+    def live_chart_bundle(self, series: list[ChartSeries] | None = None) -> dict[str, Any]:
+        """The chart while the run goes on: an SVG picture in HTML, which the browser swaps in a few
+        milliseconds (plotly's chart would be drawn anew each time)."""
+        if series is None:
+            series = self._series(min(LIVE_POINTS, self.max_points))
         svg = svg_chart(series, self._title, self.metric)
         return {"text/html": f"<div class='mw-live-chart'>{svg}</div>",
                 "text/plain": f"{self._title} (live)"}
@@ -124,7 +129,8 @@ class Dashboard:
 
     @property
     def figure(self) -> Any:
-        """A plotly ``go.Figure`` of the chart as last sent to the frontend (downsampled traces)."""
+        """A plotly ``go.Figure`` of the chart as last sent to the frontend (downsampled traces: at
+        most :data:`LIVE_POINTS` per line while the run goes on, ``max_points`` once finished)."""
         with self._lock:
             return as_plotly_figure(figure_dict(self._shown, self._title, self.metric))
 
@@ -157,7 +163,6 @@ class Dashboard:
         from IPython.display import display
 
         with self._lock:
-            self._shown = self._series()
             self._status_handle = display(self.status_bundle(), raw=True, display_id=True)
             self._chart_handle = display(self.live_chart_bundle(), raw=True, display_id=True)
 
@@ -169,10 +174,11 @@ class Dashboard:
             self._finished = True
             self._throttle.flush(force=True)
 
-    def static_bundle(self) -> dict[str, Any]:
+    def static_bundle(self, series: list[ChartSeries] | None = None) -> dict[str, Any]:
         """MIME bundle of the final chart (see :mod:`mwnotebook.frontend.chart.static_copy`)."""
         with self._lock:
-            series = self._series()
+            if series is None:
+                series = self._series()
             box = f"mw-chart-{id(self):x}-{len(self.update_times)}"
             return static_bundle(figure_dict(series, self._title, self.metric),
                                  svg_chart(series, self._title, self.metric), self.status_text(), box)
