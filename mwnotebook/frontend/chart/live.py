@@ -3,10 +3,11 @@
 Both are plain displays updated in place (``update_display_data``), not widgets: the chart is an SVG
 picture of a few kilobytes while training runs, and becomes plotly's interactive chart when the run
 ends (:meth:`Dashboard.finish`, the same display). Measured in JupyterLab + headless Chromium
-(``benchmarks/chart_in_browser.py``): plotly's ``FigureWidget`` sends all of plotly.js (5 MB) in its
-``comm_open`` for every chart, and the browser spent 2.3 + 1.5 + 0.7 s of main-thread work on it before
-it handled the next kernel message (JupyterLab handles them in order), so every worker's progress line
-waited; each later widget update then cost the page 50-160 ms of redrawing, 5 times a second.
+(``benchmarks/chart_in_browser.py``, table in benchmarks/README.md): plotly's ``FigureWidget`` sends
+all of plotly.js (5 MB) in its ``comm_open`` for every chart, the browser runs it on its main thread
+(seconds on a loaded machine) and JupyterLab handles a kernel's messages in order, so every worker's
+progress line stood still behind it; then each widget update cost 50-160 ms of redrawing, 5 times
+a second. The SVG display is drawn ~40 ms after it is sent and leaves the progress lines alone.
 """
 
 from __future__ import annotations
