@@ -11,7 +11,8 @@ benchmark alternates
 
 several times and compares medians of the loop's wall time as the workers measure it (the slower
 of the two workers), side by side in one run. The frontend update rate is counted from the
-messages the notebook kernel actually sends to the browser: comm messages carrying plotly updates.
+messages the notebook kernel actually sends to the browser: display updates of the live chart
+(``update_display_data`` carrying its SVG picture), with their sizes.
 
 Usage: python benchmarks/dashboard_overhead.py [--steps 1000] [--repeats 3]
 Writes benchmarks/results/dashboard_overhead.json. Not a test: it asserts nothing.
@@ -100,10 +101,10 @@ print("LOOP", time.perf_counter() - start, float(global_loss))
 
 
 def run_cell(client, code: str, timeout: float = 600) -> dict:
-    """Execute one cell; return its stdout, wall time and the plotly updates sent to the frontend."""
+    """Execute one cell; return its stdout, wall time and the chart updates sent to the frontend."""
     msg_id = client.execute(code)
     started = time.monotonic()
-    stdout, errors, figure_updates, comm_msgs = [], [], [], 0
+    stdout, errors, figure_updates, update_bytes, comm_msgs = [], [], [], [], 0
     while True:
         msg = client.get_iopub_msg(timeout=timeout)
         if msg["parent_header"].get("msg_id") != msg_id:
@@ -115,17 +116,17 @@ def run_cell(client, code: str, timeout: float = 600) -> dict:
             errors.append("\n".join(content["traceback"]))
         elif kind == "comm_msg":
             comm_msgs += 1
-            state = content.get("data", {}).get("state", {})
-            if any(k.startswith("_py2js_") and v is not None for k, v in state.items()):
-                # when the kernel sent it (its header's date), not when it arrived here
-                figure_updates.append(msg["header"]["date"].timestamp())
+        elif kind == "update_display_data" and "mw-live-chart" in content["data"].get("text/html", ""):
+            # when the kernel sent it (its header's date), not when it arrived here
+            figure_updates.append(msg["header"]["date"].timestamp())
+            update_bytes.append(len(content["data"]["text/html"]))
         elif kind == "status" and content["execution_state"] == "idle":
             break
     client.get_shell_msg(timeout=timeout)
     if errors:
         raise RuntimeError(f"cell failed:\n{errors[0]}")
     return {"stdout": "".join(stdout), "wall": time.monotonic() - started,
-            "figure_updates": figure_updates, "comm_msgs": comm_msgs}
+            "figure_updates": figure_updates, "update_bytes": update_bytes, "comm_msgs": comm_msgs}
 
 
 def loop_seconds(stdout: str) -> float:
@@ -166,7 +167,7 @@ def main() -> None:
         notebook_cpu: dict[str, list[float]] = {mode: [] for mode in samples}
         workers = worker_processes(notebook)
         worker_cpu: dict[str, list[float]] = {mode: [] for mode in samples}
-        rates, bursts, updates = [], [], []
+        rates, bursts, updates, sizes = [], [], [], []
         for _ in range(args.repeats):
             for mode, template in (("off", LOOP_OFF), ("on", LOOP_ON), ("report_only", LOOP_REPORT_ONLY)):
                 cpu_before = sum(notebook.cpu_times()[:2])
@@ -183,6 +184,7 @@ def main() -> None:
                     if len(times) > 1:
                         rates.append((len(times) - 1) / (times[-1] - times[0]))
                     bursts.append(busiest_second(times))
+                    sizes.extend(cell["update_bytes"])
                 print(f"{mode:>11}: loop {samples[mode][-1]:.3f} s", file=sys.stderr, flush=True)
         run_cell(client, "%mwcluster stop")
     finally:
@@ -213,6 +215,8 @@ def main() -> None:
         "frontend_updates_per_run": updates,
         "frontend_update_rate_per_s": statistics.median(rates) if rates else 0.0,
         "frontend_max_updates_in_any_1s": max(bursts) if bursts else 0,
+        "chart_update_bytes_median": statistics.median(sizes) if sizes else 0,
+        "chart_update_bytes_max": max(sizes) if sizes else 0,
         "machine": f"{platform.machine()} {platform.python_version()}",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -230,7 +234,9 @@ def main() -> None:
     wcpu = result["worker_cpu_ms_per_step_median"]
     print("workers' CPU per step (ms, both workers): " + ", ".join(f"{m} {v:.2f}" for m, v in wcpu.items()))
     print(f"frontend update rate: {result['frontend_update_rate_per_s']:.2f}/s"
-          f" (most in any second: {result['frontend_max_updates_in_any_1s']}; limit ~5/s)")
+          f" (most in any second: {result['frontend_max_updates_in_any_1s']}; limit ~5/s);"
+          f" chart update size {result['chart_update_bytes_median']:.0f} B median,"
+          f" {result['chart_update_bytes_max']} B max")
     print(f"wrote {RESULTS}")
 
 

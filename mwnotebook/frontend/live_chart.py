@@ -1,22 +1,16 @@
 """The dashboard only when there is something to draw.
 
 :class:`ChartOnFirstMetric` is an event sink that builds and shows the live chart (and its status
-table) at the first metric record of a cell, so a cell that reports nothing draws nothing and pays
-nothing (building the plotly widget is what made a no-op cell cost ~145 ms). Worker state changes
-before that are kept, so the status table starts right.
-
-A cell whose code plainly reports metrics (``mw.report(``, ``keras_callback(``, ``.fit(``) gets its
-chart when the cell starts instead (:func:`reports_metrics`): plotly 6's widget carries all of
-plotly.js (5 MB) and JupyterLab handles a kernel's messages in order, so a widget first shown in the
-middle of training held up every later output and the chart itself until the cell ended on a
-loaded machine (measured in tests/browser: chart drawn only after the cell, 36 s). Shown at the
-start, its loading overlaps the workers' TensorFlow start-up.
+table) at the first metric record of a cell, whatever the cell's code: a cell that reports nothing
+draws nothing and pays nothing, and a training cell's chart comes where its metrics come, after the
+output written before them. Worker state changes before that are kept, so the status table starts
+right. This is cheap mid-training because the live chart is a plain display of an SVG picture, not
+plotly's widget (see :mod:`mwnotebook.frontend.chart.live` for what the widget cost the browser).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import threading
 from collections.abc import Callable
@@ -25,22 +19,13 @@ from typing import Any
 from mwnotebook.shared.events import Event, WorkerMetrics, WorkerStateChanged
 
 log = logging.getLogger(__name__)
-_REPORTS = re.compile(r"\b(?:report|keras_callback)\s*\(|\.fit\s*\(")
-
-
-def reports_metrics(code: str) -> bool:
-    """Whether a cell's code plainly reports metrics (a guess from its text, for when to draw)."""
-    return bool(_REPORTS.search(code))
 _preload: threading.Thread | None = None
 
 
 def preload_in_background() -> None:
-    """Import the chart's libraries in a background thread, once.
-
-    Importing plotly's widget (which pulls in nbformat and jsonschema) takes ~1 s on an idle machine
-    and was measured at 14 s on a loaded one. Done lazily at the first metric, that would stall
-    the cell's live output for as long; done here (when the extension loads) it costs the cells
-    nothing.
+    """Import the chart's modules and what its static copy needs (plotly's version) in a background
+    thread, once: imports at the first metric would hold up the cell's live output (plotly's import
+    was measured at 14 s on a loaded machine); done when the extension loads, they cost cells nothing.
     """
     global _preload
     if _preload is not None:
@@ -48,8 +33,7 @@ def preload_in_background() -> None:
 
     def load() -> None:
         try:
-            import plotly.graph_objects
-            import plotly.graph_objs._figurewidget  # noqa: F401
+            import plotly.offline  # noqa: F401
 
             import mwnotebook.dashboard  # noqa: F401
         except Exception:
@@ -89,7 +73,7 @@ class ChartOnFirstMetric:
             return True
         try:
             self.dashboard = self._factory(self.num_workers)
-        except ImportError:  # plotly / ipywidgets missing: text output only
+        except ImportError:  # a missing library: text output only
             self._factory = lambda n: None
             return False
         if self.dashboard is None:

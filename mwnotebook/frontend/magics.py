@@ -22,7 +22,7 @@ from mwnotebook.engine.relay import TextRelay
 from mwnotebook.engine.result import RunResult
 from mwnotebook.errors import ConfigError, MWNotebookError
 from mwnotebook.frontend.keras_choice import KerasChoice
-from mwnotebook.frontend.live_chart import ChartOnFirstMetric, preload_in_background, reports_metrics
+from mwnotebook.frontend.live_chart import ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.views import security_notice, status_bundle, tf_config_bundle
 from mwnotebook.shared.events import Event, EventSink
@@ -173,8 +173,6 @@ class MWMagics(Magics):
             if not cluster.started:
                 cluster.start()
             self.session.announce(cluster)
-            if chart is not None and reports_metrics(cell):
-                chart.show_now()  # a training cell: its chart loads while the workers start up
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
         except MWNotebookError as exc:
             _finish(output, chart, None)

@@ -83,17 +83,13 @@ def _stop_tree(process: subprocess.Popen, lab: Lab | None) -> None:
     psutil.wait_procs(tree, timeout=10)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
-    pytest.importorskip("playwright.sync_api")
-    pytest.importorskip("jupyterlab")
-    root = tmp_path_factory.mktemp("lab")
+def start_lab(root: Path) -> Lab:
+    """Start JupyterLab serving ``root`` on loopback (random port and token); wait until it answers.
+    Stop it with :func:`stop_lab`. Raises RuntimeError when it does not start."""
     port, token = _free_port(), secrets.token_hex(16)
     settings = root / ".settings"
     news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    news.parent.mkdir(parents=True)
+    news.parent.mkdir(parents=True, exist_ok=True)
     news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))  # no pop-up, no network
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".config"), JUPYTERLAB_SETTINGS_DIR=str(settings),
                JUPYTER_RUNTIME_DIR=str(root / ".runtime"), PYTHONUNBUFFERED="1")
@@ -108,19 +104,36 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         process = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     server = Lab(f"http://127.0.0.1:{port}", token, root, process, log_path)
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            server.api("/api/status")
+            return server
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop_lab(server)
+                raise RuntimeError(f"JupyterLab did not start:\n{server.log_tail()}") from None
+            time.sleep(0.3)
+
+
+def stop_lab(server: Lab) -> None:
+    _stop_tree(server.process, server)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("jupyterlab")
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                server.api("/api/status")
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"JupyterLab did not start:\n{server.log_tail()}")
-                time.sleep(0.3)
+        server = start_lab(tmp_path_factory.mktemp("lab"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
         yield server
     finally:
-        _stop_tree(process, server)
+        stop_lab(server)
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
-"""A real browser watches Keras ``fit(verbose=1)`` on 2 workers in JupyterLab: each worker's progress
-bar is one live line that keeps its ``[worker i]`` label and advances while the epoch runs; a cell
-that reports no metric draws no chart. Screenshots go to ``artifacts/``."""
+"""A real browser watches Keras ``fit(verbose=1)`` on 2 workers in JupyterLab, live chart on: each
+worker's progress bar is one live line that keeps its ``[worker i]`` label and advances while the
+epoch runs, and the chart (drawn from the Keras callback added automatically) appears at the first
+metric, after the output written before it, and grows while the bars advance. A cell that reports no
+metric draws no chart and no status table. Screenshots go to ``artifacts/``."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from .test_live_dashboard import _cell_running, _prompts, _run_cell
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 
 STEPS = 40
-FIT_CELL = f'''%%mwtrain --workers 2 --cpu --no-dashboard
+FIT_CELL = f'''%%mwtrain --workers 2 --cpu
 import time
 import numpy as np
 import tensorflow as tf
@@ -30,17 +32,27 @@ with strategy.scope():
     model.compile(optimizer="sgd", loss="binary_crossentropy", metrics=["accuracy"])
 tf.get_logger().setLevel("ERROR")  # no "callback is slow" warning: the sleep is on purpose
 slow = tf.keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.1))
+print("before the first metric", flush=True)
+time.sleep(3)  # output that comes before any metric: no chart yet
 model.fit(ds, epochs=3, steps_per_epoch={STEPS}, callbacks=[slow])
 '''
-# The bars are measured without the chart: on this loaded machine (2 cores, load ~13) plotly 6's
-# FigureWidget (it carries all of plotly.js, 5 MB, per widget) kept headless Chromium busy for the
-# whole cell, and JupyterLab handles a kernel's messages in order, so every output after the chart
-# arrived at the end. The chart of this same cell is tested in tests/tf/test_cell_output.py.
 WARM_CELL = "%%mwtrain --workers 2 --cpu\nprint('workers ready')"
 PLAIN_CELL = '%%mwtrain --workers 2 --cpu\nprint("no metrics in this cell")'
 
 READ_LIVE = """() => Array.from(document.querySelectorAll('.jp-Cell')[2].querySelectorAll('.mw-live-line'))
   .map(e => [e.dataset.worker, e.innerText])"""
+# The fit cell's chart: points per worker line of the live picture (or of the static copy), whether
+# the status table is there, and whether the output printed before the first metric precedes it.
+READ_CHART = """() => {
+  const cell = document.querySelectorAll('.jp-Cell')[2];
+  const chart = cell.querySelector('.mw-live-chart, .mw-static-chart, .js-plotly-plot');
+  const before = Array.from(cell.querySelectorAll('.jp-OutputArea-output'))
+    .find(e => e.innerText.includes('before the first metric'));
+  const points = chart ? Array.from(chart.querySelectorAll('polyline.mw-series'))
+    .filter(p => p.dataset.name.startsWith('worker ')).map(p => p.getAttribute('points').split(' ').length) : [];
+  return {chart: !!chart, points: points, status: !!cell.querySelector('.mw-status'), before: !!before,
+          before_first: !!(before && chart && (before.compareDocumentPosition(chart) & Node.DOCUMENT_POSITION_FOLLOWING))};
+}"""
 
 
 def _write_notebook(lab: Lab, name: str) -> str:
@@ -82,17 +94,20 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
                            timeout=240_000)
     _run_cell(page, 2, retry_s=60.0)
     start = time.monotonic()
-    seen: list[tuple[float, int | None, int | None, list]] = []
+    seen: list[tuple[float, tuple[int, int], tuple[int, int], list, dict]] = []
     shots: list[str] = []
     trace: list = []
     while time.monotonic() - start < 240:
         lines = page.evaluate(READ_LIVE)
+        chart = page.evaluate(READ_CHART)
         running = _cell_running(page)
         p0, p1 = _progress(lines, 0), _progress(lines, 1)
-        trace.append((round(time.monotonic() - start, 1), running, lines))
+        trace.append((round(time.monotonic() - start, 1), running, lines, chart))
         if running and p0 is not None and p1 is not None:
-            seen.append((time.monotonic() - start, p0, p1, lines))
-            if len(shots) == 0 or (len(shots) == 1 and p0 > seen[0][1] and p1 > seen[0][2]):
+            seen.append((time.monotonic() - start, p0, p1, lines, chart))
+            first = next((s for s in seen if s[4]["points"]), None)
+            if ((len(shots) == 0 and chart["points"]) or (len(shots) == 1 and first is not None and p0 > first[1]
+                                                         and p1 > first[2] and chart["points"] > first[4]["points"])):
                 path = artifacts_dir / f"browser_live_progress_{len(shots) + 1}.png"
                 _shot(page, path)
                 shots.append(str(path))
@@ -102,11 +117,21 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
     outputs = page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea").inner_html()[-3000:]
     (artifacts_dir / "browser_live_progress_samples.json").write_text(json.dumps(trace, default=str))
     assert not _cell_running(page), f"the fit cell did not finish: {outputs}"
-    assert len(shots) == 2, f"no two moments with both workers' bars running: {seen[:5]} {outputs}"
-    # both workers had a live, labelled line at once, and it advanced while the cell ran
-    first, last = seen[0], seen[-1]
+    # no chart before the first metric: during the 3 s the workers sleep after their first line
+    # (no metric can come then), that line is on the page and no chart or status table is
+    shown_at = next(t for t, _, _, c in trace if c["before"])
+    early = [c for t, running, _, c in trace if running and c["before"] and t < shown_at + 2.0]
+    assert len(early) >= 3 and not any(c["chart"] or c["status"] for c in early), trace[:20]
+    charted = [c for *_, c in trace if c["chart"]]
+    assert charted and all(c["before_first"] for c in charted), "the chart comes after the output before it"
+    with_chart = [s for s in seen if s[4]["points"]]
+    assert len(shots) == 2, f"no two moments with both bars running and the chart growing: {seen[:5]} {outputs}"
+    # both workers had a live, labelled line at once, and it advanced while the chart grew
+    first, last = with_chart[0], with_chart[-1]
     assert last[1] > first[1] and last[2] > first[2], (first[:3], last[:3])
-    for _, _, _, lines in seen:
+    assert len(first[4]["points"]) == 2 and all(b > a for a, b in zip(first[4]["points"], last[4]["points"])), (
+        first[4], last[4])
+    for _, _, _, lines, _ in seen:
         assert all(text.startswith(f"[worker {w}] ") for w, text in lines), lines
         assert {w for w, _ in lines} >= {"0", "1"}
     # after the cell: one final line per epoch and worker, in place

@@ -70,7 +70,8 @@ def points(values: object) -> int:
 
 def is_chart(output: dict) -> bool:
     data = output.get("data", {})
-    return "application/vnd.plotly.v1+json" in data or "application/vnd.jupyter.widget-view+json" in data
+    return ("application/vnd.plotly.v1+json" in data or "application/vnd.jupyter.widget-view+json" in data
+            or "mw-live-chart" in data.get("text/html", ""))
 
 
 @pytest.fixture(scope="module")

@@ -10,19 +10,33 @@ import pytest
 from mwnotebook.dashboard import Dashboard
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput, WorkerStateChanged
 
-_PY2JS = ["_py2js_addTraces", "_py2js_restyle", "_py2js_relayout", "_py2js_update", "_py2js_animate"]
+
+class _Handle:
+    """Stands for a display handle: records each update sent to the frontend."""
+
+    def __init__(self, name: str, updates: list):
+        self.name, self.updates = name, updates
+
+    def update(self, obj, raw=False):
+        self.updates.append((self.name, raw, obj, time.monotonic()))
+
+
+def _shown(dash: Dashboard) -> list:
+    """Give ``dash`` display handles; returns the list of (display, raw, bundle, time) it updates."""
+    updates: list = []
+    dash._chart_handle, dash._status_handle = _Handle("chart", updates), _Handle("status", updates)
+    return updates
 
 
 def _count_figure_messages(dash: Dashboard) -> list[float]:
-    """Times at which the figure sent a message to the frontend (plotly's py->js traits)."""
-    sent: list[float] = []
+    """Times at which the chart's display was updated (one message to the frontend each)."""
+    updates = _shown(dash)
 
-    def on_change(change):
-        if change["new"] is not None:
-            sent.append(time.monotonic())
+    class Times(list):
+        def __len__(self):
+            return sum(1 for u in updates if u[0] == "chart")
 
-    dash.figure.observe(on_change, names=_PY2JS)
-    return sent
+    return Times()
 
 
 def _metrics(worker, step, **values):
@@ -69,13 +83,14 @@ def test_status_rows_follow_states_steps_values_and_rate():
 
 def test_failed_worker_turns_red_with_its_error_name():
     dash = Dashboard(2)
+    updates = _shown(dash)
     dash(_metrics(1, 0, loss=1.0))
     dash(WorkerStateChanged(1, "failed", error="ResourceExhaustedError"))
     dash.finish()
     html = dash.status_html()
     row = [r for r in html.split("<tr") if "mw-failed" in r]
     assert len(row) == 1 and "ResourceExhaustedError" in row[0] and "background:#f8d7da" in row[0]
-    assert dash.status_widget.value == html
+    assert [u[2]["text/html"] for u in updates if u[0] == "status"][-1] == html
     assert "failed: ResourceExhaustedError" in dash.figure.data[1].name
     assert "ResourceExhaustedError" in dash.status_text()
 
@@ -187,24 +202,20 @@ def test_svg_of_an_empty_run_is_still_a_picture():
     ET.fromstring(Dashboard(1).svg())
 
 
-def test_finish_replaces_live_widgets_by_static_copies_under_the_same_display_ids():
-    """In a kernel, display ids let finish() swap the widgets for the static bundle."""
-    updates = []
-
-    class Handle:
-        def __init__(self, name):
-            self.name = name
-
-        def update(self, obj, raw=False):
-            updates.append((self.name, raw, obj))
-
+def test_finish_replaces_the_live_picture_by_the_static_copy_under_the_same_display_ids():
+    """In a kernel, display ids let finish() swap the live SVG picture for the static bundle."""
     dash = Dashboard(1)
-    dash._chart_handle, dash._status_handle = Handle("chart"), Handle("status")
+    updates = _shown(dash)
     dash(_metrics(0, 0, loss=1.0))
+    live = [u for u in updates if u[0] == "chart"]
+    assert len(live) == 1 and "mw-live-chart" in live[0][2]["text/html"] and "<polyline" in live[0][2]["text/html"]
+    assert "application/vnd.plotly.v1+json" not in live[0][2], "no plotly.js drawing while the run goes on"
     dash.finish()
-    assert [u[0] for u in updates] == ["chart", "status"]
-    assert "application/vnd.plotly.v1+json" in updates[0][2] and updates[0][1] is True
-    assert "mw-status" in updates[1][2]["text/html"]
+    assert [u[0] for u in updates[-2:]] == ["chart", "status"]
+    assert "application/vnd.plotly.v1+json" in updates[-2][2] and updates[-2][1] is True
+    assert "mw-status" in updates[-1][2]["text/html"]
+    dash(_metrics(0, 1, loss=0.5))  # a late event adds to the data, not to the page
+    assert len(updates) == 4 and len(dash.records) == 2
 
 
 def test_rejects_empty_cluster():

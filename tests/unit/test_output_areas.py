@@ -159,10 +159,3 @@ def test_a_flood_is_thinned_on_the_page_and_the_cell_says_so():
     assert lines[-1] == "[worker 0] ... 400 lines not shown here (all are in mw_result.stdout(0))"
     assert areas.thinned == {0: 400}
 
-
-def test_training_cells_are_recognised_for_an_early_chart():
-    from mwnotebook.frontend.live_chart import reports_metrics
-
-    assert reports_metrics("model.fit(ds, epochs=3)") and reports_metrics("mw.report(step=s, loss=l)")
-    assert reports_metrics("cb = mw.keras_callback()")
-    assert not reports_metrics('print("hi")') and not reports_metrics("pass") and not reports_metrics("fitness = 1")

@@ -1,0 +1,8 @@
+"""The live chart and status table of a ``%%mwtrain`` cell, one concern per module.
+
+``series`` (what the chart shows, as plain data), ``svg`` (the picture), ``plotly_figure`` (the
+interactive copy), ``status`` (the per-worker table), ``throttle`` (at most a few frontend updates
+a second), ``static_copy`` (the final bundle a saved notebook renders) and ``live`` (the
+:class:`~mwnotebook.frontend.chart.live.Dashboard` that ties them to a cell's displays).
+The public path is :mod:`mwnotebook.dashboard`.
+"""

@@ -1,0 +1,49 @@
+"""The interactive copy of the chart: plotly's JSON figure format, written by hand (no plotly import
+on the live path), and a ``go.Figure`` of it for who wants one (``mwnotebook run``'s report)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from mwnotebook.frontend.chart.series import ChartSeries, chart_series
+from mwnotebook.shared.metrics import MetricsStore
+
+
+def figure_dict(series: Sequence[ChartSeries], title: str, metric: str) -> dict[str, Any]:
+    """A plotly figure (``{"data": [...], "layout": {...}}``) of the series, plain JSON types."""
+    data = []
+    for s in series:
+        line: dict[str, Any] = {"color": s.colour, "width": 2.5 if s.is_global else 1.5}
+        if s.dash:
+            line["dash"] = "dot"
+        data.append({"type": "scatter", "mode": "lines", "name": s.name, "x": list(s.x),
+                     "y": [v if math.isfinite(v) else None for v in s.y],
+                     "line": line, "visible": s.visible})
+    layout = {
+        "title": {"text": title},
+        "xaxis": {"title": {"text": "step"}},
+        "yaxis": {"title": {"text": metric}},
+        "height": 360,
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 45},
+        "legend": {"orientation": "h", "y": -0.2},
+        "template": {"layout": {"plot_bgcolor": "white", "paper_bgcolor": "white",
+                                "xaxis": {"gridcolor": "#EBF0F8", "zeroline": False},
+                                "yaxis": {"gridcolor": "#EBF0F8", "zeroline": False}}},
+    }
+    return {"data": data, "layout": layout}
+
+
+def as_plotly_figure(figure: dict[str, Any]) -> Any:
+    import plotly.graph_objects as go
+
+    return go.Figure(figure)
+
+
+def per_worker_figure(store: MetricsStore, metric: str, num_workers: int, *, title: str | None = None,
+                      max_points: int | None = None) -> Any:
+    """The chart of ``metric`` as a ``go.Figure``: one coloured trace per worker (its local values)
+    and the global curve dotted in black, hidden while no worker has reported it."""
+    series = chart_series(store, metric, num_workers, max_points=max_points)
+    return as_plotly_figure(figure_dict(series, title or f"{metric} per worker", metric))

@@ -1,0 +1,124 @@
+"""The per-worker status table: state, step, last value and steps per second, from events."""
+
+from __future__ import annotations
+
+import html
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from mwnotebook.shared.events import WorkerMetrics, WorkerStateChanged
+from mwnotebook.shared.metrics import as_float, global_key, is_step_record
+
+_STATE_COLOURS = {
+    "starting": "#6c757d",
+    "idle": "#6c757d",
+    "running": "#0d6efd",
+    "done": "#198754",
+    "failed": "#dc3545",
+    "stopped": "#6c757d",
+}
+_FAILED_BG = "#f8d7da"
+
+
+@dataclass
+class WorkerStatus:
+    """What the status table shows for one worker."""
+
+    worker: int
+    state: str = "starting"
+    error: str = ""
+    step: float | None = None
+    last_value: float | None = None
+    last_scope: str = ""  # "local" | "global"
+    recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (worker time, step)
+
+    def steps_per_s(self) -> float | None:
+        """Steps per second over the recent records, from the workers' own timestamps."""
+        if len(self.recent) < 2:
+            return None
+        (t0, s0), (t1, s1) = self.recent[0], self.recent[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else None
+
+
+class StatusBoard:
+    """Every worker's :class:`WorkerStatus`, kept up to date from events (not thread-safe: the
+    dashboard holds its lock)."""
+
+    def __init__(self, num_workers: int, metric: str) -> None:
+        self.metric = metric
+        self.workers = {w: WorkerStatus(w) for w in range(num_workers)}
+
+    def status_for(self, worker: int) -> WorkerStatus:
+        status = self.workers.get(worker)
+        if status is None:  # more workers than announced: show them too
+            status = self.workers[worker] = WorkerStatus(worker)
+        return status
+
+    def on_state(self, event: WorkerStateChanged) -> bool:
+        """Apply a state change; False when it is ignored."""
+        status = self.status_for(event.worker)
+        if status.state in ("done", "failed") and event.state != "running":
+            return False  # keep how the run ended (a restart after a failure says starting/idle)
+        status.state = event.state
+        status.error = event.error if event.state == "failed" else ""
+        return True
+
+    def on_metrics(self, event: WorkerMetrics) -> None:
+        status = self.status_for(event.worker)
+        if status.state in ("starting", "idle"):
+            status.state = "running"
+        gkey = global_key(self.metric)
+        for record in event.records:
+            if not is_step_record(record):
+                continue
+            step = as_float(record.get("step"))
+            if step is None:
+                continue
+            status.step = step
+            stamp = as_float(record.get("time"))
+            if stamp is not None:
+                status.recent.append((stamp, step))
+            if self.metric in record:
+                status.last_value, status.last_scope = as_float(record[self.metric]), "local"
+            elif gkey in record:
+                status.last_value, status.last_scope = as_float(record[gkey]), "global"
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The status table as data: one dict per worker."""
+        return [{"worker": w, "state": s.state, "error": s.error, "step": s.step, "last": s.last_value,
+                 "scope": s.last_scope, "steps_per_s": s.steps_per_s()}
+                for w, s in sorted(self.workers.items())]
+
+    def html(self) -> str:
+        head = "".join(f"<th style='padding:2px 10px;text-align:left'>{h}</th>" for h in
+                       ("worker", "state", "step", f"last {self.metric}", "steps/s"))
+        body = []
+        for row in self.rows():
+            failed = row["state"] == "failed"
+            colour = _STATE_COLOURS.get(row["state"], "#000")
+            state = html.escape(row["state"] + (f": {row['error']}" if failed and row["error"] else ""))
+            last = "" if row["last"] is None else f"{row['last']:.4g}"
+            if last and row["scope"] == "global":
+                last += " (global)"
+            cells = [str(row["worker"]), f"<b style='color:{colour}'>{state}</b>",
+                     "" if row["step"] is None else f"{row['step']:g}", last,
+                     "" if row["steps_per_s"] is None else f"{row['steps_per_s']:.1f}"]
+            style = f" style='background:{_FAILED_BG}'" if failed else ""
+            body.append(f"<tr class='mw-worker mw-{row['state']}'{style}>" + "".join(
+                f"<td style='padding:2px 10px'>{c}</td>" for c in cells) + "</tr>")
+        return ("<table class='mw-status' style='border-collapse:collapse;font-family:monospace'>"
+                f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+    def text(self) -> str:
+        parts = []
+        for row in self.rows():
+            text = f"worker {row['worker']}: {row['state']}"
+            if row["error"]:
+                text += f" ({row['error']})"
+            if row["step"] is not None:
+                text += f", step {row['step']:g}"
+            if row["last"] is not None:
+                text += f", {self.metric} {row['last']:.4g}"
+            parts.append(text)
+        return "\n".join(parts)
