@@ -22,6 +22,7 @@ from mwnotebook.engine.relay import TextRelay
 from mwnotebook.engine.result import RunResult
 from mwnotebook.errors import ConfigError, MWNotebookError
 from mwnotebook.frontend.keras_choice import KerasChoice
+from mwnotebook.frontend.late_view import begin_cell
 from mwnotebook.frontend.live_chart import ChartOnFirstMetric, preload_in_background, reports_metrics
 from mwnotebook.frontend.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.views import security_notice, status_bundle, tf_config_bundle
@@ -175,6 +176,7 @@ class MWMagics(Magics):
             self.session.announce(cluster)
             if chart is not None and reports_metrics(cell):
                 chart.show_now()  # a training cell: its chart loads while the workers start up
+            begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
         except MWNotebookError as exc:
             _finish(output, chart, None)
@@ -224,7 +226,8 @@ def _output_sink(shell: Any, num_workers: int, show_startup: bool) -> EventSink:
     show = True if show_startup else None  # None: the environment's default
     if getattr(shell, "kernel", None) is not None:
         return WorkerOutputAreas(num_workers, show_startup=show)
-    return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show)
+    return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show,
+                     num_workers=num_workers)
 
 
 def _finish(output: EventSink, chart: ChartOnFirstMetric | None, result: RunResult | None) -> None:

@@ -1,0 +1,98 @@
+"""Output a worker thread prints after its %%mwtrain cell returned reaches the notebook, labelled.
+
+A real notebook kernel (ipykernel, driven by jupyter_client as a frontend drives it) runs the magic
+on real worker kernels. Where the late lines must land follows a plain ipykernel (its threads' output
+carries the latest request): the originating cell while the notebook is idle, the running cell while
+another cell runs. No TensorFlow needed.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import Any
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+pytestmark = pytest.mark.integration
+
+LATE_CELL = '''%%mwtrain --workers 2 --no-dashboard
+import os, threading, time
+def _late(tag=TAG, delay=DELAY):
+    time.sleep(delay)
+    print("late", tag, os.environ["MWNOTEBOOK_WORKER_INDEX"], flush=True)
+threading.Thread(target=_late).start()
+print("body")
+'''
+
+
+def _late_cell(tag: str, delay: float) -> str:
+    return LATE_CELL.replace("TAG", repr(tag)).replace("DELAY", repr(delay))
+
+
+@pytest.fixture(scope="module")
+def notebook_kernel():
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60)
+    try:
+        _run(kc, "%load_ext mwnotebook")
+        yield kc
+    finally:
+        try:
+            _run(kc, "%mwcluster stop", timeout=60)
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=False)
+
+
+def _run(kc: Any, code: str, timeout: float = 120) -> str:
+    msg_id = kc.execute(code)
+    reply = kc.get_shell_msg(timeout=timeout)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kc.get_shell_msg(timeout=timeout)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return msg_id
+
+
+def _streams(kc: Any, seconds: float) -> list[tuple[str, str]]:
+    """(parent msg_id, text) of every stream message on IOPub for ``seconds``."""
+    out = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            msg = kc.get_iopub_msg(timeout=0.2)
+        except queue.Empty:
+            continue
+        if msg["msg_type"] == "stream":
+            out.append((msg["parent_header"].get("msg_id", ""), msg["content"]["text"]))
+    return out
+
+
+def _count_of(kc: Any) -> int:
+    """The execution count the next cell gets."""
+    msg_id = kc.execute("pass")
+    reply = kc.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    return reply["content"]["execution_count"] + 1
+
+
+def test_late_thread_output_lands_in_its_cell_while_the_notebook_is_idle(notebook_kernel):
+    kc = notebook_kernel
+    count = _count_of(kc)
+    cell = _run(kc, _late_cell("idle", 1.0))
+    streams = _streams(kc, 6.0)
+    for worker in (0, 1):
+        line = f"[worker {worker}, after cell {count}] late idle {worker}\n"
+        assert any(parent == cell and line in text for parent, text in streams), (line, streams)
+
+
+def test_late_thread_output_lands_in_the_running_cell_as_in_a_plain_kernel(notebook_kernel):
+    kc = notebook_kernel
+    count = _count_of(kc)
+    _run(kc, _late_cell("busy", 1.5))
+    _streams(kc, 0.1)
+    sleeper = _run(kc, "import time\ntime.sleep(4)")
+    streams = _streams(kc, 1.0)
+    for worker in (0, 1):
+        line = f"[worker {worker}, after cell {count}] late busy {worker}\n"
+        assert any(parent == sleeper and line in text for parent, text in streams), (line, streams)
