@@ -167,7 +167,7 @@ class MWMagics(Magics):
         if keras_note:
             print(keras_note, file=sys.stderr)
         cluster = self.session.cluster_for(spec)
-        output = _output_sink(self.shell, spec.workers, ns.show_tf_startup)
+        output = _output_sink(self.shell, spec.workers, ns.show_tf_startup, clears="clear_output" in cell)
         chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
         on_event = _fan_out(*([chart] if chart is not None else []), output)
         try:
@@ -220,12 +220,12 @@ class MWMagics(Magics):
             print(f"mwnotebook: restarted {cluster.spec.workers} workers")
 
 
-def _output_sink(shell: Any, num_workers: int, show_startup: bool) -> EventSink:
+def _output_sink(shell: Any, num_workers: int, show_startup: bool, clears: bool = False) -> EventSink:
     """Per-worker output areas where a frontend draws displays (a Jupyter kernel); labelled text
-    lines elsewhere (a terminal IPython, tests)."""
+    lines elsewhere (a terminal IPython, tests). ``clears``: the cell calls clear_output."""
     show = True if show_startup else None  # None: the environment's default
     if getattr(shell, "kernel", None) is not None:
-        return WorkerOutputAreas(num_workers, show_startup=show)
+        return WorkerOutputAreas(num_workers, show_startup=show, areas_from_start=clears)
     return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show,
                      num_workers=num_workers)
 

@@ -8,7 +8,9 @@ r"""Worker output in the cell as a plain kernel would show it, labelled ``[worke
   state, so a saved notebook holds one line per bar, not every frame.
 * ``clear_output`` in a worker moves that worker's further output into one area of its own
   (a display, the last :data:`MAX_LINES` lines, saying how many it left out) that the worker's
-  ``clear_output(wait=True)`` empties, without touching the other workers' output.
+  ``clear_output(wait=True)`` empties, without touching the other workers' output. When the cell's
+  code calls ``clear_output`` (``areas_from_start``), every worker writes into its area from its
+  first line, so a clear empties all it wrote, as a plain kernel clears a cell's output.
 * Rich output (figures, tables) is shown as it comes, labelled; identical ``execute_result`` outputs of
   all workers (the ``History`` of every worker's ``fit``) are shown once, labelled for all of them.
 * TensorFlow's start-up chatter is left out (``--show-tf-startup`` shows it).
@@ -128,8 +130,9 @@ class WorkerOutputAreas:
                  show_startup: bool | None = None, max_lines: int = MAX_LINES,
                  max_page_lines: int = MAX_PAGE_LINES,
                  updates_per_s: float = UPDATES_PER_S, where_all: str = "mw_result.stdout(i)",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, areas_from_start: bool = False) -> None:
         self.num_workers = num_workers
+        self._areas_from_start = areas_from_start
         self._publish = publish
         self._show = show
         self._streams = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
@@ -177,6 +180,8 @@ class WorkerOutputAreas:
 
     def _on_stream(self, worker: int, stream: str, text: str) -> None:
         screen = self._screens.get(worker)
+        if screen is None and self._areas_from_start:
+            screen = self._screens[worker] = WorkerScreen(self._max_lines, self._labeller.show_startup)
         if screen is not None:
             screen.write(stream, text)
             self._changed(worker)

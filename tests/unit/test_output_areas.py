@@ -79,6 +79,20 @@ def test_clear_output_wait_empties_only_that_workers_area():
     assert out.getvalue() == "[worker 1] other worker\n"
 
 
+def test_clear_output_clears_all_the_worker_wrote_in_a_cell_that_calls_it():
+    areas, published, _, out, _, clock = make(areas_from_start=True)
+    areas(stream(0, "before the first clear\n"))
+    areas(stream(1, "other worker\n"))
+    for i in range(5):
+        clock.now += 1
+        areas(WorkerOutput(0, "clear_output", {"wait": True}))
+        areas(stream(0, f"step {i}\n"))
+    areas.finish()
+    final = {display_id: text for display_id, _, text in published}
+    assert sorted(final.values()) == ["[worker 0] step 4", "[worker 1] other worker"]
+    assert out.getvalue() == ""  # nothing of worker 0 left outside its area
+
+
 def test_an_area_keeps_the_last_lines_and_says_how_many_it_left_out():
     areas, published, *_ = make(max_lines=3)
     areas(WorkerOutput(0, "clear_output", {"wait": False}))
