@@ -1,6 +1,7 @@
 """A real browser watches Keras ``fit(verbose=1)`` on 2 workers in JupyterLab: each worker's progress
 bar is one live line that keeps its ``[worker i]`` label and advances while the epoch runs; a cell
-that reports no metric draws no chart. Screenshots go to ``artifacts/``."""
+that reports no metric draws no chart; a worker thread's output after its cell returned appears in
+that cell, labelled ``[worker i, after cell N]``, and is saved with it. Screenshots go to ``artifacts/``."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ model.fit(ds, epochs=3, steps_per_epoch={STEPS}, callbacks=[slow])
 # arrived at the end. The chart of this same cell is tested in tests/tf/test_cell_output.py.
 WARM_CELL = "%%mwtrain --workers 2 --cpu\nprint('workers ready')"
 PLAIN_CELL = '%%mwtrain --workers 2 --cpu\nprint("no metrics in this cell")'
+LATE_CELL = '''%%mwtrain --workers 2 --cpu
+import os, threading, time
+_w = os.environ["MWNOTEBOOK_WORKER_INDEX"]
+def _late():
+    time.sleep(3)
+    print("late line of worker", _w, flush=True)
+threading.Thread(target=_late, daemon=True).start()
+print("cell body of worker", _w)
+'''
 
 READ_LIVE = """() => Array.from(document.querySelectorAll('.jp-Cell')[2].querySelectorAll('.mw-live-line'))
   .map(e => [e.dataset.worker, e.innerText])"""
@@ -46,7 +56,8 @@ READ_LIVE = """() => Array.from(document.querySelectorAll('.jp-Cell')[2].querySe
 def _write_notebook(lab: Lab, name: str) -> str:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("%load_ext mwnotebook", WARM_CELL, FIT_CELL, PLAIN_CELL)]
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("%load_ext mwnotebook", WARM_CELL, FIT_CELL, PLAIN_CELL,
+                                                                LATE_CELL)]
     nbformat.write(nb, lab.root / name)
     return name
 
@@ -123,10 +134,36 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
     plain = cells.nth(3)
     assert "[worker 1] no metrics in this cell" in plain.inner_text(), plain.inner_text()
     assert plain.locator(".js-plotly-plot, .mw-static-chart, .mw-status").count() == 0
-    # the notebook as JupyterLab saves it holds final states, not frames
+    late_lines = _late_output_shows_in_its_cell(page, 4, artifacts_dir)
+    # the notebook as JupyterLab saves it holds final states, not frames, and the late lines
     page.keyboard.press("Control+s")
-    time.sleep(2)
+    deadline = time.monotonic() + 15
+    saved = ""
+    while time.monotonic() < deadline and not all(line in saved for line in late_lines):
+        time.sleep(0.5)
+        saved = json.dumps(nbformat.read(lab.root / name, as_version=4).cells[4].outputs)
+    assert all(line in saved for line in late_lines), saved
     size = (lab.root / name).stat().st_size
     (artifacts_dir / "browser_live_progress_saved_size.json").write_text(json.dumps({"bytes": size}))
     print(f"screenshots: {shots}; saved notebook: {size} bytes; prompts {_prompts(page)}")
     assert size < 300_000, size
+
+
+def _late_output_shows_in_its_cell(page, index: int, artifacts_dir) -> list[str]:
+    """Run the LATE_CELL at ``index``; its workers' thread lines come 3 s after it returned, and
+    JupyterLab shows them in that cell (it keeps a finished cell's request open). Returns them."""
+    done = f"() => /[0-9]/.test(document.querySelectorAll('.jp-Cell .jp-InputPrompt')[{index}].textContent)"
+    text_of = f"() => document.querySelectorAll('.jp-Cell')[{index}].querySelector('.jp-OutputArea').innerText"
+    _run_cell(page, index, retry_s=60.0)
+    page.wait_for_function(done, timeout=60_000)
+    count = _prompts(page)[index].strip("[]: ")
+    assert "late line" not in page.evaluate(text_of)  # printed 3 s after the cell returned
+    wanted = [f"[worker {w}, after cell {count}] late line of worker {w}" for w in (0, 1)]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(line in page.evaluate(text_of) for line in wanted):
+        time.sleep(0.3)
+    page.locator(".jp-Cell").nth(index).locator(".jp-OutputArea").screenshot(
+        path=str(artifacts_dir / "browser_late_output.png"))
+    text = page.evaluate(text_of)
+    assert all(line in text for line in wanted), text
+    return wanted
