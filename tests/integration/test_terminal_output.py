@@ -56,7 +56,7 @@ def test_late_thread_output_is_printed_labelled(shell, capsys):
 
 def test_mwnotebook_run_prints_a_threads_late_output_labelled(tmp_path):
     script = tmp_path / "late.py"
-    script.write_text(LATE.replace("DELAY", "1.0").replace("DAEMON", "False"))
+    script.write_text(LATE.replace("DELAY", "2.5").replace("DAEMON", "False"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "mwnotebook.frontend.cli", "run", "--workers", "2", "--no-report",
                            str(script)], capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
