@@ -87,7 +87,7 @@ class NotebookLateView:
     def _send(self, msg_type: str, content: dict[str, Any], parent: dict[str, Any] | None) -> None:
         """Publish on the notebook kernel's IOPub with ``parent`` (thread-safe: ipykernel queues
         sends to its IOPub thread)."""
-        kernel = self.kernel
+        kernel: Any = self.kernel
         topic = f"stream.{content['name']}" if msg_type == "stream" else "display_data"
         kernel.session.send(kernel.iopub_socket, msg_type, content, parent=parent or {}, ident=topic.encode())
 
@@ -114,8 +114,10 @@ def view_for(shell: Any) -> NotebookLateView:
 
 def begin_cell(shell: Any, cluster: Any, output: Any) -> None:
     """Before a ``%%mwtrain`` cell runs: late output of this cell is labelled with it, and shown."""
+    late = getattr(cluster, "late_output", None)
+    if late is None:  # a cluster-like object without workers of its own (tests' fakes)
+        return
     view = view_for(shell)
-    late = cluster.late_output
     late.set_origin(view.origin(getattr(output, "display_prefix", "")))
     for held in late.listen(view):  # output that came while nobody listened (e.g. before a restart)
         view(held)
