@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 pytestmark = pytest.mark.integration
 
@@ -24,14 +23,6 @@ def _late():
 threading.Thread(target=_late, daemon=DAEMON).start()
 print("body", _w)
 '''
-
-
-@pytest.fixture(scope="module")
-def shell():
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "mwnotebook")
-    yield ip
-    ip.run_line_magic("mwcluster", "stop")
 
 
 def test_identical_results_show_once_labelled_for_all_workers(shell, capsys):
