@@ -8,7 +8,7 @@ the *origin* the frontend set for that cell (:meth:`LateOutput.set_origin`). Out
 that is running (e.g. the thread prints while the next cell runs on the worker) is that request's
 output, as in a plain kernel.
 
-A frontend :meth:`~LateOutput.listen`\\ s and shows each item labelled ``[worker i, after cell N]``.
+A frontend listens (:meth:`LateOutput.listen`) and shows each item labelled ``[worker i, after cell N]``.
 Nothing is silently lost: every late stream text is also appended to the worker's output log; what
 is shown is capped per worker and cell (:data:`LATE_CAP_CHARS`, then one note says it was cut), and
 while nobody listens at most :data:`LATE_HELD_CHARS` characters are held (oldest dropped, counted).

@@ -10,6 +10,9 @@ Two details make worker output read as it does in a plain kernel:
   times a second), labelled.
 * TensorFlow's start-up chatter (:func:`is_startup_chatter`) is left out of what is shown (it is
   still in the run's result); ``MWNOTEBOOK_SHOW_TF_STARTUP=1`` or ``--show-tf-startup`` shows it.
+* Identical ``execute_result`` outputs of all workers are shown once at the end of the run
+  (:func:`grouped_results`); output sent after a run ended is labelled ``[worker i, after cell N]``
+  (:func:`late_lines`, see :mod:`mwnotebook.engine.late_output`).
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ def _same_key(data: dict[str, Any]) -> str:
 
 
 def grouped_results(results: list[Result], total: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """The cell's ``execute_result``\\s, identical ones once, each labelled with its workers
+    """The cell's ``execute_result`` outputs, identical ones once, each labelled with its workers
     (``[all N workers]`` when all agree): ``(data, metadata)`` in worker order."""
     groups: dict[str, list[Result]] = {}
     for item in sorted(results, key=lambda r: r[0]):
