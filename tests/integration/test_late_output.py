@@ -3,7 +3,8 @@
 A real notebook kernel (ipykernel, driven by jupyter_client as a frontend drives it) runs the magic
 on real worker kernels. Where the late lines must land follows a plain ipykernel (its threads' output
 carries the latest request): the originating cell while the notebook is idle, the running cell while
-another cell runs. No TensorFlow needed.
+another cell runs. Also: a worker's clear_output clears all that worker wrote in the cell, nothing
+else. No TensorFlow needed.
 """
 
 from __future__ import annotations
@@ -96,3 +97,29 @@ def test_late_thread_output_lands_in_the_running_cell_as_in_a_plain_kernel(noteb
     for worker in (0, 1):
         line = f"[worker {worker}, after cell {count}] late busy {worker}\n"
         assert any(parent == sleeper and line in text for parent, text in streams), (line, streams)
+
+
+def test_clear_output_in_a_worker_clears_all_it_wrote_in_the_cell_and_nothing_else(notebook_kernel):
+    kc = notebook_kernel
+    cell = _run(kc, "%%mwtrain --workers 2 --no-dashboard\nimport os\nfrom IPython.display import clear_output\n"
+                    "w = os.environ['MWNOTEBOOK_WORKER_INDEX']\nprint('before', w)\nfor i in range(5):\n"
+                    "    if w == '0':\n        clear_output(wait=True)\n    print('step', i, w)")
+    shown: dict[str, str] = {}  # display id -> its last text; streams under their own keys
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        try:
+            msg = kc.get_iopub_msg(timeout=0.2)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != cell:
+            continue
+        content = msg["content"]
+        if msg["msg_type"] == "stream":
+            shown[f"stream-{len(shown)}"] = content["text"]
+        elif msg["msg_type"] in ("display_data", "update_display_data"):
+            shown[content.get("transient", {}).get("display_id", f"display-{len(shown)}")] = content["data"]["text/plain"]
+        elif msg["msg_type"] == "clear_output":
+            shown.clear()  # the notebook itself must never clear the cell
+    text = "\n".join(shown.values())
+    assert "[worker 0] step 4 0" in text and "before 0" not in text and "step 3 0" not in text, text
+    assert all(f"[worker 1] step {i} 1" in text for i in range(5)) and "[worker 1] before 1" in text, text
