@@ -110,8 +110,9 @@ class LateOutput:
             if shown >= self.cap_chars:
                 self.cut[worker] = self.cut.get(worker, 0) + size
                 return
-            item = LateItem(worker, msg_type, content, origin, log_path)
-            items = [item]
+            if shown + size > self.cap_chars and msg_type == "stream":  # only what fits under the cap
+                content = {**content, "text": content.get("text", "")[:self.cap_chars - shown]}
+            items = [LateItem(worker, msg_type, content, origin, log_path)]
             if shown + size > self.cap_chars:
                 self.cut[worker] = self.cut.get(worker, 0) + (shown + size - self.cap_chars)
                 note = (f"... late output cut here (more than {self.cap_chars} characters after {origin.label}); "

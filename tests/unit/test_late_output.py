@@ -20,7 +20,7 @@ def test_late_output_is_capped_per_worker_and_cell_and_says_it_was_cut():
         late.add(1, _stream("abcdef\n"), cell, "/tmp/w1.log")
     late.add(0, _stream("other\n"), cell)
     texts = [(i.worker, i.content["text"]) for i in got]
-    assert texts[:2] == [(1, "abcdef\n"), (1, "abcdef\n")]
+    assert texts[:2] == [(1, "abcdef\n"), (1, "abc")]  # what fits under the cap
     assert texts[2][0] == 1 and "cut" in texts[2][1] and "/tmp/w1.log" in texts[2][1]
     assert texts[3] == (0, "other\n") and len(texts) == 4
     assert late.cut == {1: 4 + 3 * 7}
