@@ -193,6 +193,7 @@ class RunObserver:
     def late(self, item: LateItem) -> None:
         """Output a worker sent after the script had ended (a thread), labelled so."""
         with self._lock:
+            self._keep(WorkerOutput(item.worker, item.msg_type, item.content))
             self.relay.late(item.worker, item.origin.label, item.msg_type, item.content)
 
     def after_script(self, event: Event) -> None:
