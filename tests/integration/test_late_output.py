@@ -55,18 +55,22 @@ def _run(kc: Any, code: str, timeout: float = 120) -> str:
     return msg_id
 
 
-def _streams(kc: Any, seconds: float) -> list[tuple[str, str]]:
-    """(parent msg_id, text) of every stream message on IOPub for ``seconds``."""
+def _iopub(kc: Any, seconds: float) -> list[dict[str, Any]]:
+    """Every IOPub message for ``seconds``."""
     out = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         try:
-            msg = kc.get_iopub_msg(timeout=0.2)
+            out.append(kc.get_iopub_msg(timeout=0.2))
         except queue.Empty:
             continue
-        if msg["msg_type"] == "stream":
-            out.append((msg["parent_header"].get("msg_id", ""), msg["content"]["text"]))
     return out
+
+
+def _streams(kc: Any, seconds: float) -> list[tuple[str, str]]:
+    """(parent msg_id, text) of every stream message on IOPub for ``seconds``."""
+    return [(msg["parent_header"].get("msg_id", ""), msg["content"]["text"])
+            for msg in _iopub(kc, seconds) if msg["msg_type"] == "stream"]
 
 
 def _count_of(kc: Any) -> int:
@@ -77,14 +81,18 @@ def _count_of(kc: Any) -> int:
     return reply["content"]["execution_count"] + 1
 
 
+def _assert_late_lines_in(cell: str, streams: list[tuple[str, str]], count: int, tag: str) -> None:
+    """Both workers' late line, labelled with the cell ``count`` that started the thread, in ``cell``."""
+    for worker in (0, 1):
+        line = f"[worker {worker}, after cell {count}] late {tag} {worker}\n"
+        assert any(parent == cell and line in text for parent, text in streams), (line, streams)
+
+
 def test_late_thread_output_lands_in_its_cell_while_the_notebook_is_idle(notebook_kernel):
     kc = notebook_kernel
     count = _count_of(kc)
     cell = _run(kc, _late_cell("idle", 1.0))
-    streams = _streams(kc, 6.0)
-    for worker in (0, 1):
-        line = f"[worker {worker}, after cell {count}] late idle {worker}\n"
-        assert any(parent == cell and line in text for parent, text in streams), (line, streams)
+    _assert_late_lines_in(cell, _streams(kc, 6.0), count, "idle")
 
 
 def test_late_thread_output_lands_in_the_running_cell_as_in_a_plain_kernel(notebook_kernel):
@@ -93,10 +101,7 @@ def test_late_thread_output_lands_in_the_running_cell_as_in_a_plain_kernel(noteb
     _run(kc, _late_cell("busy", 1.5))
     _streams(kc, 0.1)
     sleeper = _run(kc, "import time\ntime.sleep(4)")
-    streams = _streams(kc, 1.0)
-    for worker in (0, 1):
-        line = f"[worker {worker}, after cell {count}] late busy {worker}\n"
-        assert any(parent == sleeper and line in text for parent, text in streams), (line, streams)
+    _assert_late_lines_in(sleeper, _streams(kc, 1.0), count, "busy")
 
 
 def test_clear_output_in_a_worker_clears_all_it_wrote_in_the_cell_and_nothing_else(notebook_kernel):
@@ -105,12 +110,7 @@ def test_clear_output_in_a_worker_clears_all_it_wrote_in_the_cell_and_nothing_el
                     "w = os.environ['MWNOTEBOOK_WORKER_INDEX']\nprint('before', w)\nfor i in range(5):\n"
                     "    if w == '0':\n        clear_output(wait=True)\n    print('step', i, w)")
     shown: dict[str, str] = {}  # display id -> its last text; streams under their own keys
-    end = time.monotonic() + 3
-    while time.monotonic() < end:
-        try:
-            msg = kc.get_iopub_msg(timeout=0.2)
-        except queue.Empty:
-            continue
+    for msg in _iopub(kc, 3.0):
         if msg["parent_header"].get("msg_id") != cell:
             continue
         content = msg["content"]
