@@ -170,13 +170,13 @@ class MWMagics(Magics):
         output = _output_sink(self.shell, spec.workers, ns.show_tf_startup, clears="clear_output" in cell)
         chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
         on_event = _fan_out(*([chart] if chart is not None else []), output)
+        begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
         try:
             if not cluster.started:
                 cluster.start()
             self.session.announce(cluster)
             if chart is not None and reports_metrics(cell):
                 chart.show_now()  # a training cell: its chart loads while the workers start up
-            begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
         except MWNotebookError as exc:
             _finish(output, chart, None)

@@ -1,7 +1,6 @@
 """A real browser watches Keras ``fit(verbose=1)`` on 2 workers in JupyterLab: each worker's progress
 bar is one live line that keeps its ``[worker i]`` label and advances while the epoch runs; a cell
-that reports no metric draws no chart; a worker thread's output after its cell returned appears in
-that cell, labelled ``[worker i, after cell N]``, and is saved with it. Screenshots go to ``artifacts/``."""
+that reports no metric draws no chart. Screenshots go to ``artifacts/``."""
 
 from __future__ import annotations
 
@@ -39,15 +38,6 @@ model.fit(ds, epochs=3, steps_per_epoch={STEPS}, callbacks=[slow])
 # arrived at the end. The chart of this same cell is tested in tests/tf/test_cell_output.py.
 WARM_CELL = "%%mwtrain --workers 2 --cpu\nprint('workers ready')"
 PLAIN_CELL = '%%mwtrain --workers 2 --cpu\nprint("no metrics in this cell")'
-LATE_CELL = '''%%mwtrain --workers 2 --cpu
-import os, threading, time
-_w = os.environ["MWNOTEBOOK_WORKER_INDEX"]
-def _late():
-    time.sleep(3)
-    print("late line of worker", _w, flush=True)
-threading.Thread(target=_late, daemon=True).start()
-print("cell body of worker", _w)
-'''
 
 READ_LIVE = """() => Array.from(document.querySelectorAll('.jp-Cell')[2].querySelectorAll('.mw-live-line'))
   .map(e => [e.dataset.worker, e.innerText])"""
@@ -56,8 +46,8 @@ READ_LIVE = """() => Array.from(document.querySelectorAll('.jp-Cell')[2].querySe
 def _write_notebook(lab: Lab, name: str) -> str:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("%load_ext mwnotebook", WARM_CELL, FIT_CELL, PLAIN_CELL,
-                                                                LATE_CELL)]
+    cells = ("%load_ext mwnotebook", WARM_CELL, FIT_CELL, PLAIN_CELL, LATE_CELL)
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     nbformat.write(nb, lab.root / name)
     return name
 
@@ -147,6 +137,17 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
     (artifacts_dir / "browser_live_progress_saved_size.json").write_text(json.dumps({"bytes": size}))
     print(f"screenshots: {shots}; saved notebook: {size} bytes; prompts {_prompts(page)}")
     assert size < 300_000, size
+
+
+LATE_CELL = '''%%mwtrain --workers 2 --cpu
+import os, threading, time
+_w = os.environ["MWNOTEBOOK_WORKER_INDEX"]
+def _late():
+    time.sleep(3)
+    print("late line of worker", _w, flush=True)
+threading.Thread(target=_late, daemon=True).start()
+print("cell body of worker", _w)
+'''
 
 
 def _late_output_shows_in_its_cell(page, index: int, artifacts_dir) -> list[str]:
