@@ -21,8 +21,8 @@ from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.relay import TextRelay
 from mwnotebook.engine.result import RunResult
 from mwnotebook.errors import ConfigError, MWNotebookError
+from mwnotebook.frontend import late_view
 from mwnotebook.frontend.keras_choice import KerasChoice
-from mwnotebook.frontend.late_view import begin_cell
 from mwnotebook.frontend.live_chart import ChartOnFirstMetric, preload_in_background, reports_metrics
 from mwnotebook.frontend.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.views import security_notice, status_bundle, tf_config_bundle
@@ -170,7 +170,7 @@ class MWMagics(Magics):
         output = _output_sink(self.shell, spec.workers, ns.show_tf_startup, clears="clear_output" in cell)
         chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
         on_event = _fan_out(*([chart] if chart is not None else []), output)
-        begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
+        late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
         try:
             if not cluster.started:
                 cluster.start()
