@@ -23,6 +23,7 @@ from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code
 from mwnotebook.engine.cell_run import CellRun, CellVerdict
 from mwnotebook.engine.connection import Worker
 from mwnotebook.engine.diagnose import diagnose
+from mwnotebook.engine.late_output import LateOutput
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport, dump_stacks
 from mwnotebook.errors import ClusterStartError, ClusterStateError
@@ -66,6 +67,8 @@ class AsyncCluster:
         self._start_task: asyncio.Future[None] | None = None
         self._release_task: asyncio.Future[None] | None = None
         self._cell_code: str | None = None
+        #: Output workers send after their cell ended (mwnotebook/engine/late_output.py).
+        self.late_output = LateOutput()
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -137,7 +140,8 @@ class AsyncCluster:
             self._set_state(i, "starting")
         started = await asyncio.gather(*(launcher.start(i, env) for i, env in enumerate(self._envs)),
                                        return_exceptions=True)
-        workers = [Worker(h, env) for h, env in zip(started, self._envs) if not isinstance(h, BaseException)]
+        workers = [Worker(h, env, self.late_output) for h, env in zip(started, self._envs)
+                   if not isinstance(h, BaseException)]
         failed = [exc for exc in started if isinstance(exc, BaseException)]
         try:
             if failed:

@@ -15,6 +15,7 @@ from typing import Any
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.async_cluster import AsyncCluster, WorkerInfo
 from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
+from mwnotebook.engine.late_output import LateOutput
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport
@@ -53,6 +54,11 @@ class Cluster:
     def network_isolated(self) -> bool:
         """True when the workers' TensorFlow ports are unreachable from other machines."""
         return self._core.network_isolated
+
+    @property
+    def late_output(self) -> LateOutput:
+        """Output workers send after their cell ended (see mwnotebook/engine/late_output.py)."""
+        return self._core.late_output
 
     @property
     def tf_configs(self) -> list[dict[str, Any]]:

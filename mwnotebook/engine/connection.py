@@ -1,7 +1,9 @@
 """One worker connection: a started kernel (any launcher) plus the jupyter_client connection to it.
 
 Messages are read straight off the ZMQ sockets with no polling interval, so a cell's output and
-its completion reach the notebook as soon as the kernel sends them.
+its completion reach the notebook as soon as the kernel sends them. One reader owns IOPub for the
+worker's whole life: output of a running request goes to that request; output whose request has
+ended (a thread printing after its cell returned) goes to :class:`~mwnotebook.engine.late_output.LateOutput`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from jupyter_client.asynchronous import AsyncKernelClient
 
+from mwnotebook.engine.late_output import LateOrigin, LateOutput
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle
 
@@ -106,15 +109,25 @@ class _OutputTally:
 class Worker:
     """A worker kernel and its client. Not thread-safe: used from the cluster's event loop only."""
 
-    def __init__(self, handle: KernelHandle, env: dict[str, str]) -> None:
+    def __init__(self, handle: KernelHandle, env: dict[str, str], late: LateOutput | None = None) -> None:
         self.handle = handle
         self.env = env
+        self._init_iopub_routing(late)
         self.client = AsyncKernelClient()
         self.client.load_connection_info(handle.connection_info)
         # One request at a time: concurrent readers of the same ZMQ sockets would steal each
         # other's messages.
         self._busy = asyncio.Lock()
         self.output_log = os.path.join(output_log_dir(), f"worker-{handle.index}.log")
+
+    def _init_iopub_routing(self, late: LateOutput | None) -> None:
+        #: Where output of requests that have ended goes (shared by the cluster's workers).
+        self.late = late if late is not None else LateOutput()
+        self._listeners: dict[str, MessageCallback] = {}  # running request msg_id -> its handler
+        self._origins: dict[str, LateOrigin] = {}  # recent request msg_id -> the cell it belongs to
+        self._last_origin = self.late.origin
+        self._last_iopub = time.monotonic()
+        self._reader: asyncio.Future[None] | None = None
 
     @property
     def index(self) -> int:
@@ -142,6 +155,7 @@ class Worker:
                     f"worker {self.index} on {self.handle.host} did not become ready within "
                     f"{timeout:.0f} s.{self._log_hint()}", worker=self.index, host=self.handle.host)
             if await self._answers_kernel_info():
+                self._reader = asyncio.ensure_future(self._read_iopub())
                 return
 
     async def _answers_kernel_info(self) -> bool:
@@ -182,23 +196,36 @@ class Worker:
             user_expressions = {**user_expressions, OUTPUT_COUNT_KEY: OUTPUT_COUNT_EXPRESSION}
         msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                                      stop_on_error=False, user_expressions=user_expressions)
+        self._remember_origin(msg_id, silent)
         tally = _OutputTally(self.output_log if not silent else None)
-        last_message = [time.monotonic()]
+        idle: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def relay(msg: dict[str, Any]) -> None:
-            tally.add(msg)
-            on_output(msg)
+            msg_type = msg["msg_type"]
+            if msg_type == "status" and msg["content"].get("execution_state") == "idle":
+                self._listeners.pop(msg_id, None)
+                if not idle.done():
+                    idle.set_result(None)
+            elif msg_type in OUTPUT_TYPES:
+                tally.add(msg)
+                on_output(msg)
 
-        pump = asyncio.ensure_future(self._pump_iopub(msg_id, relay, last_message))
+        if self._reader is None:
+            self._reader = asyncio.ensure_future(self._read_iopub())
+        if self._reader.done():
+            raise ConnectionError(f"worker {self.index}: its IOPub channel is closed")
+        self._listeners[msg_id] = relay
         reply_task = asyncio.ensure_future(self._reply_for(msg_id, "execute_reply"))
         try:
-            reply = await self._await_reply(reply_task, pump)
-            last_message[0] = max(last_message[0], time.monotonic())  # the drain's quiet time starts now
-            complete = await self._drain(pump, last_message)
+            reply = await self._await_reply(reply_task, idle)
+            self._last_iopub = max(self._last_iopub, time.monotonic())  # the drain's quiet time starts now
+            complete = await self._drain(idle)
         finally:
-            for task in (pump, reply_task):
-                if not task.done():
-                    task.cancel()
+            self._listeners.pop(msg_id, None)
+            if not reply_task.done():
+                reply_task.cancel()
+            if not idle.done():
+                idle.cancel()
             tally.close()
         if reply is None:
             return ExecutionOutcome(
@@ -219,41 +246,63 @@ class Worker:
             output_complete=complete and not lost, lost_chars=lost,
             log_path=self.output_log if not silent else "")
 
-    async def _pump_iopub(self, msg_id: str, relay: MessageCallback, last_message: list[float]) -> None:
-        """Relay this request's output until its ``idle`` status arrives."""
-        while True:
-            msg = await self.client.get_iopub_msg()
-            last_message[0] = time.monotonic()
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            msg_type = msg["msg_type"]
-            if msg_type == "status" and msg["content"].get("execution_state") == "idle":
-                return
-            if msg_type in OUTPUT_TYPES:
-                relay(msg)
+    def _remember_origin(self, msg_id: str, silent: bool) -> None:
+        """A cell's request takes the frontend's current origin; a silent one (set-up, release) the
+        last cell's, since a plain kernel labels a thread's output with whatever request came last."""
+        if not silent:
+            self._last_origin = self.late.origin
+        self._origins[msg_id] = self._last_origin
+        while len(self._origins) > 64:
+            self._origins.pop(next(iter(self._origins)))
+
+    async def _read_iopub(self) -> None:
+        """The worker's only IOPub reader: each message to its running request, or to late output."""
+        try:
+            while True:
+                msg = await self.client.get_iopub_msg()
+                self._last_iopub = time.monotonic()
+                parent = msg.get("parent_header", {}).get("msg_id")
+                listener = self._listeners.get(parent) if parent else None
+                if listener is not None:
+                    listener(msg)
+                elif msg.get("msg_type") in OUTPUT_TYPES:
+                    self._late_message(msg, self._origins.get(parent or "", self._last_origin))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the channel is gone: the running request learns it from the drain
+            log.debug("worker %d: IOPub reader stopped", self.index, exc_info=True)
+
+    def _late_message(self, msg: dict[str, Any], origin: LateOrigin) -> None:
+        """Output after its request ended: into the worker's log (always), then to the frontend."""
+        if msg["msg_type"] == "stream":
+            try:
+                with open(self.output_log, "a", encoding="utf-8") as file:
+                    file.write(msg["content"].get("text", ""))
+            except OSError:
+                log.debug("worker %d: cannot append late output to %s", self.index, self.output_log)
+        self.late.add(self.index, msg, origin, self.output_log)
 
     async def _await_reply(self, reply_task: asyncio.Future[dict[str, Any]],
-                           pump: asyncio.Future[None]) -> dict[str, Any] | None:
+                           idle: asyncio.Future[None]) -> dict[str, Any] | None:
         """The execute_reply; None if ``idle`` came and the reply did not follow in time."""
-        either: list[asyncio.Future[Any]] = [reply_task, pump]
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        either: list[asyncio.Future[Any]] = [reply_task, idle]
+        while not reply_task.done() and not idle.done():
+            await asyncio.wait(either, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            if self._reader is not None and self._reader.done() and not reply_task.done():
+                raise ConnectionError(f"worker {self.index}: its IOPub channel closed during the cell")
         if not reply_task.done():
-            if pump.done() and pump.exception() is not None:
-                raise pump.exception()  # type: ignore[misc]
             done, _ = await asyncio.wait([reply_task], timeout=REPLY_AFTER_IDLE_SECONDS)
             if not done:
                 return None
         return reply_task.result()
 
-    async def _drain(self, pump: asyncio.Future[None], last_message: list[float]) -> bool:
-        """Let the IOPub pump reach ``idle`` while messages keep arriving; False if it never does."""
-        while not pump.done():
-            quiet_for = time.monotonic() - last_message[0]
+    async def _drain(self, idle: asyncio.Future[None]) -> bool:
+        """Let this request's ``idle`` arrive while messages keep arriving; False if it never does."""
+        while not idle.done():
+            quiet_for = time.monotonic() - self._last_iopub
             if quiet_for >= DRAIN_QUIET_SECONDS:
                 return False
-            await asyncio.wait([pump], timeout=DRAIN_QUIET_SECONDS - quiet_for)
-        if pump.exception() is not None:
-            raise pump.exception()  # type: ignore[misc]
+            await asyncio.wait([idle], timeout=DRAIN_QUIET_SECONDS - quiet_for)
         return True
 
     async def _reply_for(self, msg_id: str, msg_type: str, timeout: float | None = None) -> dict[str, Any]:
@@ -277,5 +326,8 @@ class Worker:
         await self.kill()
 
     async def kill(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
         self.client.stop_channels()
         await self.handle.kill()

@@ -10,10 +10,15 @@ Two details make worker output read as it does in a plain kernel:
   times a second), labelled.
 * TensorFlow's start-up chatter (:func:`is_startup_chatter`) is left out of what is shown (it is
   still in the run's result); ``MWNOTEBOOK_SHOW_TF_STARTUP=1`` or ``--show-tf-startup`` shows it.
+* Identical ``execute_result`` outputs of all workers are shown once at the end of the run
+  (:func:`grouped_results`); output sent after a run ended is labelled ``[worker i, after cell N]``
+  (:func:`late_lines`, see :mod:`mwnotebook.engine.late_output`).
 """
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
 import time
@@ -64,6 +69,57 @@ def events_from_iopub(worker: int, msg: dict[str, Any]) -> list[Event]:
 
 def worker_label(worker: int) -> str:
     return f"[worker {worker}] "
+
+
+def late_label(worker: int, origin: str) -> str:
+    """The label of output ``worker`` sent after ``origin`` ("cell 3", "the script") had ended."""
+    return f"[worker {worker}, after {origin}] "
+
+
+def late_lines(worker: int, origin: str, text: str) -> str:
+    """``text`` a worker sent late, each line labelled and shown as a terminal shows it."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    label = late_label(worker, origin)
+    return "".join(f"{label}{render_line(line)}\n" for line in lines)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+Result = tuple[int, dict[str, Any], dict[str, Any]]  # (worker, data, metadata) of an execute_result
+
+
+def workers_label(workers: list[int], total: int) -> str:
+    if len(workers) == total and total > 1:
+        return f"[all {total} workers] "
+    if len(workers) == 1:
+        return worker_label(workers[0])
+    return f"[workers {', '.join(map(str, workers))}] "
+
+
+def _same_key(data: dict[str, Any]) -> str:
+    """What makes two results 'the same': their data, memory addresses ignored."""
+    normal = {k: _ADDRESS.sub(" at 0x...", v) if isinstance(v, str) else v for k, v in data.items()}
+    return json.dumps(normal, sort_keys=True, default=str)
+
+
+def grouped_results(results: list[Result], total: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The cell's ``execute_result`` outputs, identical ones once, each labelled with its workers
+    (``[all N workers]`` when all agree): ``(data, metadata)`` in worker order."""
+    groups: dict[str, list[Result]] = {}
+    for item in sorted(results, key=lambda r: r[0]):
+        groups.setdefault(_same_key(item[1]), []).append(item)
+    shown = []
+    for members in groups.values():
+        _, data, metadata = members[0]
+        data = dict(data)
+        label = workers_label([w for w, _, _ in members], total)
+        if "text/plain" in data:
+            data["text/plain"] = label + data["text/plain"]
+        if "text/html" in data:
+            data["text/html"] = f"<b>{html.escape(label)}</b>" + data["text/html"]
+        shown.append((data, metadata))
+    return shown
 
 
 _CONTROL = re.compile(r"(\r|\x08)")
@@ -162,8 +218,10 @@ class TextRelay:
 
     def __init__(self, stdout: TextIO, stderr: TextIO, display: DisplayFn | None = None,
                  live: bool | None = None, show_startup: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, num_workers: int = 0) -> None:
         self._streams = {"stdout": stdout, "stderr": stderr}
+        self.num_workers = num_workers
+        self._results: list[Result] = []
         self._display = display
         self._labeller = LineLabeller(show_startup)
         self._live = _isatty(stdout) if live is None else live
@@ -182,7 +240,9 @@ class TextRelay:
                 self._write(name, text)
             if self._live:
                 self._draw_live(event.worker, name)
-        elif event.msg_type in ("display_data", "execute_result", "update_display_data"):
+        elif event.msg_type == "execute_result":  # shown at the end, identical ones once
+            self._results.append((event.worker, content.get("data", {}), content.get("metadata", {})))
+        elif event.msg_type in ("display_data", "update_display_data"):
             data = content.get("data", {})
             if self._display is not None:
                 self._write("stdout", f"{worker_label(event.worker)}output:\n")
@@ -191,8 +251,25 @@ class TextRelay:
                 self._write("stdout", self._labeller.feed(event.worker, "stdout", data["text/plain"] + "\n"))
 
     def flush(self) -> None:
+        """The end of a run: held partial lines, then the run's results (identical ones once)."""
         for stream, text in self._labeller.flush():
             self._write(stream, text)
+        total = self.num_workers or (max(w for w, _, _ in self._results) + 1 if self._results else 0)
+        results, self._results = self._results, []
+        for data, metadata in grouped_results(results, total):
+            if self._display is not None:
+                self._display(data, metadata)
+            elif "text/plain" in data:
+                self._write("stdout", data["text/plain"] + "\n")
+
+    def late(self, worker: int, origin: str, msg_type: str, content: dict[str, Any]) -> None:
+        """Output ``worker`` sent after ``origin`` had ended, labelled so (see engine/late_output.py)."""
+        if msg_type == "stream":
+            self._write(content.get("name", "stdout"), late_lines(worker, origin, content.get("text", "")))
+        elif msg_type == "error":
+            self._write("stderr", late_lines(worker, origin, f"{content.get('ename')}: {content.get('evalue')}"))
+        elif "text/plain" in content.get("data", {}):
+            self._write("stdout", late_lines(worker, origin, content["data"]["text/plain"]))
 
     def _draw_live(self, worker: int, stream: str) -> None:
         line = self._labeller.partial(worker, stream)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mwnotebook.config.options import add_cluster_arguments, seconds, spec_from_options
+from mwnotebook.engine.late_output import LateItem, LateOrigin
 from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError, render_failures
 from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
 
@@ -131,6 +132,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --------------------------------------------------------------------------- live output
 
+SCRIPT_ORIGIN = LateOrigin("the script")
+#: After the script, how long its non-daemon threads may still run (``python script.py`` waits for
+#: them); their output is shown labelled ``[worker i, after the script]``.
+THREADS_WAIT_SECONDS = 60.0
+JOIN_THREADS_CODE = """\
+import threading as _mw_threading, time as _mw_time
+_mw_end = _mw_time.monotonic() + LIMIT
+for _mw_thread in [t for t in _mw_threading.enumerate() if not t.daemon and t is not _mw_threading.main_thread()]:
+    _mw_thread.join(max(0.0, _mw_end - _mw_time.monotonic()))
+del _mw_threading, _mw_time, _mw_end
+"""
+
 class RunObserver:
     """Event sink of the CLI: prints worker output live and keeps what the report needs.
 
@@ -143,7 +156,7 @@ class RunObserver:
         from mwnotebook.shared.metrics import MetricsStore
 
         self.workers = workers
-        self.relay = TextRelay(stdout, stderr)
+        self.relay = TextRelay(stdout, stderr, num_workers=workers)
         self.metrics = MetricsStore()
         self.states = ["starting"] * workers
         self.errors = [""] * workers
@@ -176,6 +189,19 @@ class RunObserver:
             text = content.get("data", {}).get("text/plain")
             if text:
                 self.output[event.worker].append(text + "\n")
+
+    def late(self, item: LateItem) -> None:
+        """Output a worker sent after the script had ended (a thread), labelled so."""
+        with self._lock:
+            self._keep(WorkerOutput(item.worker, item.msg_type, item.content))
+            self.relay.late(item.worker, item.origin.label, item.msg_type, item.content)
+
+    def after_script(self, event: Event) -> None:
+        """Events of the wait for the script's threads: their output is late output."""
+        if isinstance(event, WorkerOutput):
+            with self._lock:
+                self._keep(event)
+                self.relay.late(event.worker, SCRIPT_ORIGIN.label, event.msg_type, event.content)
 
     def flush(self) -> None:
         with self._lock:
@@ -314,10 +340,17 @@ async def _drive(cluster: Any, code: str, preamble: str, observer: RunObserver, 
     # Start in a task of its own that a signal cannot cancel halfway: the core may be creating
     # kernels at that moment, and stop() must run after they exist, or they would outlive us.
     start = asyncio.ensure_future(cluster.start(on_event=observer))
+    cluster.late_output.set_origin(SCRIPT_ORIGIN)
+    cluster.late_output.listen(observer.late)
     try:
         await asyncio.shield(start)
         await cluster.run(preamble)
+        started = time.monotonic()
         await cluster.run(code, on_event=observer, timeout=timeout)
+        # As `python script.py` does, wait for the script's threads (bounded), their output labelled.
+        left = THREADS_WAIT_SECONDS if timeout is None else max(1.0, timeout - (time.monotonic() - started))
+        await cluster.run(JOIN_THREADS_CODE.replace("LIMIT", repr(min(left, THREADS_WAIT_SECONDS))),
+                          on_event=observer.after_script)
     except (asyncio.CancelledError, ClusterInterrupted) as exc:
         if isinstance(exc, ClusterInterrupted):
             observer.record_failures(exc)

@@ -21,6 +21,7 @@ from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.relay import TextRelay
 from mwnotebook.engine.result import RunResult
 from mwnotebook.errors import ConfigError, MWNotebookError
+from mwnotebook.frontend import late_view
 from mwnotebook.frontend.keras_choice import KerasChoice
 from mwnotebook.frontend.live_chart import ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.output_areas import WorkerOutputAreas
@@ -166,9 +167,10 @@ class MWMagics(Magics):
         if keras_note:
             print(keras_note, file=sys.stderr)
         cluster = self.session.cluster_for(spec)
-        output = _output_sink(self.shell, spec.workers, ns.show_tf_startup)
+        output = _output_sink(self.shell, spec.workers, ns.show_tf_startup, clears="clear_output" in cell)
         chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
         on_event = _fan_out(*([chart] if chart is not None else []), output)
+        late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
         try:
             if not cluster.started:
                 cluster.start()
@@ -216,13 +218,14 @@ class MWMagics(Magics):
             print(f"mwnotebook: restarted {cluster.spec.workers} workers")
 
 
-def _output_sink(shell: Any, num_workers: int, show_startup: bool) -> EventSink:
+def _output_sink(shell: Any, num_workers: int, show_startup: bool, clears: bool = False) -> EventSink:
     """Per-worker output areas where a frontend draws displays (a Jupyter kernel); labelled text
-    lines elsewhere (a terminal IPython, tests)."""
+    lines elsewhere (a terminal IPython, tests). ``clears``: the cell calls clear_output."""
     show = True if show_startup else None  # None: the environment's default
     if getattr(shell, "kernel", None) is not None:
-        return WorkerOutputAreas(num_workers, show_startup=show)
-    return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show)
+        return WorkerOutputAreas(num_workers, show_startup=show, areas_from_start=clears)
+    return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show,
+                     num_workers=num_workers)
 
 
 def _finish(output: EventSink, chart: ChartOnFirstMetric | None, result: RunResult | None) -> None:

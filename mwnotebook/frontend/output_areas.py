@@ -8,7 +8,9 @@ r"""Worker output in the cell as a plain kernel would show it, labelled ``[worke
   state, so a saved notebook holds one line per bar, not every frame.
 * ``clear_output`` in a worker moves that worker's further output into one area of its own
   (a display, the last :data:`MAX_LINES` lines, saying how many it left out) that the worker's
-  ``clear_output(wait=True)`` empties, without touching the other workers' output.
+  ``clear_output(wait=True)`` empties, without touching the other workers' output. When the cell's
+  code calls ``clear_output`` (``areas_from_start``), every worker writes into its area from its
+  first line, so a clear empties all it wrote, as a plain kernel clears a cell's output.
 * Rich output (figures, tables) is shown as it comes, labelled; identical ``execute_result`` outputs of
   all workers (the ``History`` of every worker's ``fit``) are shown once, labelled for all of them.
 * TensorFlow's start-up chatter is left out (``--show-tf-startup`` shows it).
@@ -17,8 +19,6 @@ r"""Worker output in the cell as a plain kernel would show it, labelled ``[worke
 from __future__ import annotations
 
 import html
-import json
-import re
 import sys
 import threading
 import time
@@ -28,7 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from mwnotebook.engine.relay import LineLabeller, is_startup_chatter, render_line, worker_label
+from mwnotebook.engine.relay import (
+    LineLabeller,
+    Result,
+    grouped_results,
+    is_startup_chatter,
+    render_line,
+    worker_label,
+)
 from mwnotebook.shared.events import Event, WorkerOutput
 
 #: Display updates per second and worker, at most.
@@ -39,7 +46,6 @@ MAX_LINES = 500
 #: so (a browser slows down with huge outputs; every line stays in the run's result).
 MAX_PAGE_LINES = 10_000
 _STDERR_STYLE = "background:#fdd"
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 #: ``publish(bundle, display_id, update)``: show or replace one display.
 PublishFn = Callable[[dict[str, Any], str, bool], None]
@@ -116,20 +122,6 @@ def _ipython_show(bundle: dict[str, Any], metadata: dict[str, Any], transient: d
     publish_display_data(bundle, metadata=metadata, transient=transient or None, update=update)
 
 
-def _workers_label(workers: list[int], total: int) -> str:
-    if len(workers) == total and total > 1:
-        return f"[all {total} workers] "
-    if len(workers) == 1:
-        return worker_label(workers[0])
-    return f"[workers {', '.join(map(str, workers))}] "
-
-
-def _same_key(data: dict[str, Any]) -> str:
-    """What makes two results 'the same': their data, memory addresses ignored."""
-    normal = {k: _ADDRESS.sub(" at 0x...", v) if isinstance(v, str) else v for k, v in data.items()}
-    return json.dumps(normal, sort_keys=True, default=str)
-
-
 class WorkerOutputAreas:
     """An event sink drawing worker output in the current cell (see the module docstring)."""
 
@@ -138,8 +130,9 @@ class WorkerOutputAreas:
                  show_startup: bool | None = None, max_lines: int = MAX_LINES,
                  max_page_lines: int = MAX_PAGE_LINES,
                  updates_per_s: float = UPDATES_PER_S, where_all: str = "mw_result.stdout(i)",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, areas_from_start: bool = False) -> None:
         self.num_workers = num_workers
+        self._areas_from_start = areas_from_start
         self._publish = publish
         self._show = show
         self._streams = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
@@ -158,12 +151,17 @@ class WorkerOutputAreas:
         self._ids: dict[Any, str] = {}  # (worker, stream) live line or worker area -> display id
         self._last: dict[Any, float] = {}
         self._timers: dict[Any, threading.Timer] = {}
-        self._results: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+        self._results: list[Result] = []
         self._finished = False
         self._prefix = uuid.uuid4().hex[:12]
         self._serial = 0
         #: Display updates sent per live line / area (for tests and the rate limit).
         self.updates: dict[Any, int] = {}
+
+    @property
+    def display_prefix(self) -> str:
+        """What this cell's display ids of worker displays start with (late updates reuse it)."""
+        return self._prefix
 
     # -- the event sink ----------------------------------------------------------------------
     def __call__(self, event: Event) -> None:
@@ -182,6 +180,8 @@ class WorkerOutputAreas:
 
     def _on_stream(self, worker: int, stream: str, text: str) -> None:
         screen = self._screens.get(worker)
+        if screen is None and self._areas_from_start:
+            screen = self._screens[worker] = WorkerScreen(self._max_lines, self._labeller.show_startup)
         if screen is not None:
             screen.write(stream, text)
             self._changed(worker)
@@ -339,19 +339,8 @@ class WorkerOutputAreas:
             self._show_results()
 
     def _show_results(self) -> None:
-        groups: dict[str, list[tuple[int, dict[str, Any], dict[str, Any]]]] = {}
-        for item in sorted(self._results, key=lambda r: r[0]):
-            groups.setdefault(_same_key(item[1]), []).append(item)
-        self._results.clear()
-        for members in groups.values():
-            workers = [w for w, _, _ in members]
-            _, data, metadata = members[0]
-            data = dict(data)
-            label = _workers_label(workers, self.num_workers)
-            if "text/plain" in data:
-                data["text/plain"] = label + data["text/plain"]
-            if "text/html" in data:
-                data["text/html"] = f"<b>{html.escape(label)}</b>" + data["text/html"]
+        results, self._results = self._results, []
+        for data, metadata in grouped_results(results, self.num_workers):
             self._show(data, metadata, {})
 
     @property

@@ -58,7 +58,8 @@ READ_CHART = """() => {
 def _write_notebook(lab: Lab, name: str) -> str:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("%load_ext mwnotebook", WARM_CELL, FIT_CELL, PLAIN_CELL)]
+    cells = ("%load_ext mwnotebook", WARM_CELL, FIT_CELL, PLAIN_CELL, LATE_CELL)
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     nbformat.write(nb, lab.root / name)
     return name
 
@@ -148,10 +149,47 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
     plain = cells.nth(3)
     assert "[worker 1] no metrics in this cell" in plain.inner_text(), plain.inner_text()
     assert plain.locator(".js-plotly-plot, .mw-static-chart, .mw-status").count() == 0
-    # the notebook as JupyterLab saves it holds final states, not frames
+    late_lines = _late_output_shows_in_its_cell(page, 4, artifacts_dir)
+    # the notebook as JupyterLab saves it holds final states, not frames, and the late lines
     page.keyboard.press("Control+s")
-    time.sleep(2)
+    deadline = time.monotonic() + 15
+    saved = ""
+    while time.monotonic() < deadline and not all(line in saved for line in late_lines):
+        time.sleep(0.5)
+        saved = json.dumps(nbformat.read(lab.root / name, as_version=4).cells[4].outputs)
+    assert all(line in saved for line in late_lines), saved
     size = (lab.root / name).stat().st_size
     (artifacts_dir / "browser_live_progress_saved_size.json").write_text(json.dumps({"bytes": size}))
     print(f"screenshots: {shots}; saved notebook: {size} bytes; prompts {_prompts(page)}")
     assert size < 300_000, size
+
+
+LATE_CELL = '''%%mwtrain --workers 2 --cpu
+import os, threading, time
+_w = os.environ["MWNOTEBOOK_WORKER_INDEX"]
+def _late():
+    time.sleep(3)
+    print("late line of worker", _w, flush=True)
+threading.Thread(target=_late, daemon=True).start()
+print("cell body of worker", _w)
+'''
+
+
+def _late_output_shows_in_its_cell(page, index: int, artifacts_dir) -> list[str]:
+    """Run the LATE_CELL at ``index``; its workers' thread lines come 3 s after it returned, and
+    JupyterLab shows them in that cell (it keeps a finished cell's request open). Returns them."""
+    done = f"() => /[0-9]/.test(document.querySelectorAll('.jp-Cell .jp-InputPrompt')[{index}].textContent)"
+    text_of = f"() => document.querySelectorAll('.jp-Cell')[{index}].querySelector('.jp-OutputArea').innerText"
+    _run_cell(page, index, retry_s=60.0)
+    page.wait_for_function(done, timeout=60_000)
+    count = _prompts(page)[index].strip("[]: ")
+    assert "late line" not in page.evaluate(text_of)  # printed 3 s after the cell returned
+    wanted = [f"[worker {w}, after cell {count}] late line of worker {w}" for w in (0, 1)]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(line in page.evaluate(text_of) for line in wanted):
+        time.sleep(0.3)
+    page.locator(".jp-Cell").nth(index).locator(".jp-OutputArea").screenshot(
+        path=str(artifacts_dir / "browser_late_output.png"))
+    text = page.evaluate(text_of)
+    assert all(line in text for line in wanted), text
+    return wanted

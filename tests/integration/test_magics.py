@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 from ..conftest import worker_processes
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def shell():
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "mwnotebook")
-    yield ip
-    ip.run_line_magic("mwcluster", "stop")
 
 
 @pytest.mark.parametrize("line, cell", [

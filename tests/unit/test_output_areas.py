@@ -67,16 +67,31 @@ def test_progress_line_is_one_live_display_per_worker_throttled_and_final():
     assert published[-1][2] == "[worker 0]  1/20 [=]"
 
 
-def test_clear_output_wait_empties_only_that_workers_area():
-    areas, published, _, out, _, clock = make()
-    areas(stream(1, "other worker\n"))
-    for i in range(30):
+def clear_and_print(areas, clock, steps):
+    """Worker 0 runs ``clear_output(wait=True); print('step', i)`` ``steps`` times, then the cell ends."""
+    for i in range(steps):
         clock.now += 1
         areas(WorkerOutput(0, "clear_output", {"wait": True}))
         areas(stream(0, f"step {i}\n"))
     areas.finish()
+
+
+def test_clear_output_wait_empties_only_that_workers_area():
+    areas, published, _, out, _, clock = make()
+    areas(stream(1, "other worker\n"))
+    clear_and_print(areas, clock, 30)
     assert published[-1][2] == "[worker 0] step 29"
     assert out.getvalue() == "[worker 1] other worker\n"
+
+
+def test_clear_output_clears_all_the_worker_wrote_in_a_cell_that_calls_it():
+    areas, published, _, out, _, clock = make(areas_from_start=True)
+    areas(stream(0, "before the first clear\n"))
+    areas(stream(1, "other worker\n"))
+    clear_and_print(areas, clock, 5)
+    final = {display_id: text for display_id, _, text in published}
+    assert sorted(final.values()) == ["[worker 0] step 4", "[worker 1] other worker"]
+    assert out.getvalue() == ""  # nothing of worker 0 left outside its area
 
 
 def test_an_area_keeps_the_last_lines_and_says_how_many_it_left_out():

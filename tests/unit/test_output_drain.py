@@ -42,6 +42,7 @@ def _worker(client: FakeClient, tmp_path) -> Worker:
     worker._busy = asyncio.Lock()
     worker.output_log = str(tmp_path / "worker-0.log")
     worker.handle = type("H", (), {"index": 0})()  # type: ignore[assignment]
+    worker._init_iopub_routing(None)
     return worker
 
 
