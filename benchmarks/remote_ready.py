@@ -1,19 +1,26 @@
-"""Time-to-ready of 2 remote workers (two sshd test hosts in network namespaces) vs 2 local ones.
+"""Remote workers (two sshd test hosts in network namespaces) with and without their hosts' worker
+templates, and local workers for reference: time to ready, to the first cell that imports
+TensorFlow, and from a failed cell to the next cell's first instruction.
 
-Both kinds are measured side by side in one run, alternating, so that the ratio is fair on a busy
-machine. "Ready" is ``Cluster.start()`` returning: ports reserved, kernels started, every kernel
-answering on shell and IOPub. A second figure adds the first cell (``import tensorflow``).
+All kinds are measured side by side in one run, alternating, so that ratios are fair on a busy
+machine. "Ready" is ``Cluster.start()`` returning on a new cluster (so a new launcher: remote
+templates start cold, importing TensorFlow while the ports are reserved); "+import" adds the first
+cell (``import tensorflow``); "recovery" is a cell failing on worker 1 (tests/data/fail_on_worker1.py;
+the group restarts in the background) until the next cell's first instruction runs on both workers
+(wall clocks of one machine).
 
-Needs root (``ip netns``). Usage: ``python benchmarks/remote_ready.py [--repeat 5]``
+Needs root (``ip netns``). Usage: ``python benchmarks/remote_ready.py [--repeat 3]``
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,24 +28,36 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "remote")]
 
 import netns_hosts  # noqa: E402
 
-from mwnotebook import Cluster  # noqa: E402
+from mwnotebook import Cluster, ClusterRunError  # noqa: E402
 
 TF_CELL = "import tensorflow as tf\nprint(tf.__version__, flush=True)"
+FAIL_CELL = (ROOT / "tests" / "data" / "fail_on_worker1.py").read_text(encoding="utf-8")
+FIRST_INSTRUCTION = "import time\nprint('FIRST', time.time(), flush=True)"
 
 
-def measure(make: callable[[], Cluster]) -> tuple[float, float]:
+def measure(make: Callable[[], Cluster]) -> tuple[float, float, float]:
     started = time.perf_counter()
     with make() as cluster:
         cluster.start()
         ready = time.perf_counter() - started
         cluster.run(TF_CELL, timeout=300)
         with_tf = time.perf_counter() - started
-    return ready, with_tf
+        try:
+            cluster.run(FAIL_CELL, timeout=300)
+            raise RuntimeError("the failing cell did not fail")
+        except ClusterRunError:
+            failed_at = time.time()
+        result = cluster.run(FIRST_INSTRUCTION, timeout=300)
+        firsts = [float(m) for i in range(2) for m in re.findall(r"FIRST ([\d.]+)", result.stdout(i))]
+        if len(firsts) != 2:
+            raise RuntimeError(f"the next cell did not run on both workers: {firsts}")
+        recovery = max(firsts) - failed_at
+    return ready, with_tf, recovery
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     reason = netns_hosts.unavailable_reason()
     if reason:
@@ -46,14 +65,17 @@ def main() -> int:
         return 0
     net = netns_hosts.create(2)
     os.environ["HOME"] = str(net.home)  # the test hosts' ~/.ssh/config, key and known_hosts
+    os.environ["MWNOTEBOOK_SSH_CONFIG"] = str(net.ssh_config)
     os.environ.pop("SSH_AUTH_SOCK", None)
+    hosts = tuple(h.alias for h in net.hosts)
     kinds = {
-        "local": lambda: Cluster(workers=2, cpu=True),
-        "remote": lambda: Cluster(hosts=tuple(h.alias for h in net.hosts), cpu=True),
+        "remote, template": lambda: Cluster(hosts=hosts, cpu=True),
+        "remote, no template": lambda: Cluster(hosts=hosts, cpu=True, template=False),
+        "local, template": lambda: Cluster(workers=2, cpu=True),
     }
-    results: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+    results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
     try:
-        measure(kinds["local"])  # warm the file cache once, not counted
+        measure(kinds["remote, no template"])  # warm the file cache once, not counted
         for _ in range(args.repeat):
             for kind, make in kinds.items():
                 results[kind].append(measure(make))
@@ -62,13 +84,15 @@ def main() -> int:
     print(f"2 workers, {args.repeat} runs each, alternating; median [min-max] seconds")
     med = {}
     for kind, runs in results.items():
-        ready = [r for r, _ in runs]
-        tf_ = [t for _, t in runs]
-        med[kind] = (statistics.median(ready), statistics.median(tf_))
-        print(f"  {kind:6s} ready {med[kind][0]:.2f} [{min(ready):.2f}-{max(ready):.2f}]   "
-              f"ready+import tensorflow {med[kind][1]:.2f} [{min(tf_):.2f}-{max(tf_):.2f}]")
-    print(f"  remote/local: ready x{med['remote'][0] / med['local'][0]:.2f}, "
-          f"ready+import x{med['remote'][1] / med['local'][1]:.2f}")
+        columns = list(zip(*runs))
+        med[kind] = [statistics.median(c) for c in columns]
+        cells = [f"{name} {m:.2f} [{min(c):.2f}-{max(c):.2f}]"
+                 for name, m, c in zip(("ready", "ready+import tensorflow", "recovery"), med[kind], columns)]
+        print(f"  {kind:20s} " + "   ".join(cells))
+    on, off = med["remote, template"], med["remote, no template"]
+    print(f"  remote template/no template: ready x{on[0] / off[0]:.2f}, ready+import x{on[1] / off[1]:.2f}, "
+          f"recovery x{on[2] / off[2]:.2f}")
+    print(f"  remote template/local template: ready+import x{on[1] / med['local, template'][1]:.2f}")
     return 0
 
 

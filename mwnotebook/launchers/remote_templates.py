@@ -134,3 +134,16 @@ class RemoteTemplates:
     async def close(self) -> None:
         templates, self._templates = list(self._templates.values()), {}
         await asyncio.gather(*(t.close() for t in templates), return_exceptions=True)
+
+
+async def with_template(config: dict[str, Any], template: RemoteTemplate | None) -> dict[str, Any]:
+    """A worker agent's ``kernel`` configuration, naming the template's socket when it can serve."""
+    if template is not None and (path := await template.socket_path()):
+        config["template"] = path
+    return config
+
+
+def check_fork(template: RemoteTemplate | None, ready: Mapping[str, Any]) -> None:
+    """After a worker agent's ``ready``: its note (the template could not fork) retires the template."""
+    if template is not None and ready.get("note"):
+        template.failed_to_fork(str(ready["note"]))

@@ -36,7 +36,7 @@ import asyncssh
 from mwnotebook.config.hosts import HostsArg, HostSpec, worker_hosts
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
-from mwnotebook.launchers.remote_templates import RemoteTemplate, RemoteTemplates
+from mwnotebook.launchers.remote_templates import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.ssh_channel import Agent, agent_error
 from mwnotebook.launchers.ssh_connect import SSHConnectError, SSHConnection, loss_reason, open_connection
 from mwnotebook.launchers.template import templates_disabled
@@ -388,20 +388,16 @@ class SSHLauncher:
         listeners: list[asyncssh.SSHListener] = []
         try:
             template = self._template(spec, env)
-            config = {
+            agent.configure(await with_template({
                 "role": "kernel", "key": key, "signature_scheme": "hmac-sha256",
                 "env": dict(env), "require": list(self.require), "cwd": self.cwd,
                 "timeout": self.startup_timeout,
-            }
-            if template is not None and (socket_path := await template.socket_path()):
-                config["template"] = socket_path
-            agent.configure(config)
+            }, template))
             event = await self._first_event(agent, spec, self.startup_timeout + 5)
             if event.get("event") != "ready":
                 raise ClusterStartError(f"{spec.target}: unexpected agent reply {event.get('event')!r}",
                                         host=spec.target)
-            if template is not None and event.get("note"):
-                template.failed_to_fork(str(event["note"]))
+            check_fork(template, event)
             info: dict[str, Any] = {"ip": "127.0.0.1", "transport": "tcp", "key": key,
                                     "signature_scheme": "hmac-sha256", "kernel_name": ""}
             for name in _CHANNELS:

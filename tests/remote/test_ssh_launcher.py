@@ -207,9 +207,11 @@ def test_several_workers_per_host_and_tf_address_override(ssh_home: netns_hosts.
             assert [h.host for h in handles] == [h0.alias, h0.alias, f"root@{h1.address}"]
             assert {h.pid for h in handles[:2]} <= netns_hosts.ns_pids(h0.netns)
             assert handles[2].pid in netns_hosts.ns_pids(h1.netns)
-            # The test sshd allows 2 sessions per connection (MaxSessions 2): the port holder
-            # and two kernels on h0 need a second connection there; h1 needs one.
-            assert sorted(len(c) for c in launcher._conns.values()) == [1, 2]
+            # The test sshd allows 2 sessions per connection (MaxSessions 2): the port holder,
+            # the worker template and two kernels on h0 need a second connection there, and so do
+            # the holder, template and kernel on h1.
+            assert sorted(len(c) for c in launcher._conns.values()) == [2, 2]
+            assert len(launcher.templates) == 2
         finally:
             await launcher.close()
 
@@ -264,7 +266,8 @@ def test_start_errors_name_the_host_quickly(case: str, ssh_home: netns_hosts.Tes
         "no_ipykernel": (h1.alias, {"python": broken_pythons["bare"]}, "lacks ipykernel"),
         "no_tensorflow": (h0.alias, {"python": broken_pythons["no_tf"],
                                      "require": ("ipykernel", "tensorflow")}, "lacks tensorflow"),
-        "kernel_crash": (h1.alias, {}, "the kernel exit code 3.*broken on purpose"),
+        # A fresh interpreter (a forked kernel does not run ipykernel_launcher.py from PYTHONPATH).
+        "kernel_crash": (h1.alias, {"template": False}, "the kernel exit code 3.*broken on purpose"),
     }[case]
     env = {}
     if case == "kernel_crash":
