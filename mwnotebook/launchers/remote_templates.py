@@ -123,8 +123,11 @@ class RemoteTemplates:
         key = (place_key, startup_key(self.python, False, env))
         template = self._templates.get(key)
         if template is None:
+            # What the workers need, loaded once: TensorFlow (and tf_keras, where the environment
+            # asks for it) when the launcher requires TensorFlow; the kernel's modules always.
+            preload = ["tensorflow", "tf_keras"] if "tensorflow" in self.require else []
             config = {"role": "template", "source": TEMPLATE_SOURCE, "env": template_env(env),
-                      "require": self.require, "cwd": self.cwd}
+                      "require": self.require, "cwd": self.cwd, "preload": preload}
             template = self._templates[key] = RemoteTemplate(place, start_agent, config, self.timeout)
         return template
 

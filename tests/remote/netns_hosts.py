@@ -69,6 +69,11 @@ def ns_pids(netns: str) -> set[int]:
     return {int(p) for p in result.stdout.split()}
 
 
+def parent_pid(pid: int) -> int:
+    """The parent of a process (of a forked worker kernel: its worker template)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def describe_pids(pids: set[int]) -> list[str]:
     out = []
     for pid in sorted(pids):

@@ -23,10 +23,6 @@ from mwnotebook.launchers.ssh import SSHLauncher
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
 
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def template_status(socket_path: str) -> dict:
     """Ask a template what it has loaded, on the socket its workers' agents use."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as channel:
@@ -63,7 +59,7 @@ def test_workers_are_forked_from_their_hosts_template(cluster: Cluster, test_net
     for info, host in zip(cluster.status(), test_net.hosts):
         template = templates[host.alias]
         assert template.pid in netns_hosts.ns_pids(host.netns)
-        assert parent_of(info.pid) == template.pid  # forked by its own host's template
+        assert netns_hosts.parent_pid(info.pid) == template.pid  # forked by its own host's template
     # TensorFlow is in memory before the first cell imports it.
     first = cluster.run("import os, sys\nprint('tensorflow' in sys.modules, os.getppid())")
     assert [first.stdout(i).split() for i in range(2)] == [
@@ -80,6 +76,7 @@ def test_templates_never_create_a_tensorflow_context(cluster: Cluster) -> None:
         status = template_status(template.socket)
         assert status["pid"] == template.pid
         assert status["tensorflow_imported"] is True
+        assert status["tf_keras_imported"] is True  # the workers' TF_USE_LEGACY_KERAS=1 (the default)
         assert status["context_created"] is False
 
 
@@ -116,7 +113,7 @@ def test_a_killed_template_falls_back_to_fresh_workers_with_a_notice(
     cluster.restart()
     fresh, forked = cluster.status()
     assert "ipykernel_launcher" in Path(f"/proc/{fresh.pid}/cmdline").read_text()  # a fresh interpreter
-    assert parent_of(forked.pid) == templates[h1.alias].pid
+    assert netns_hosts.parent_pid(forked.pid) == templates[h1.alias].pid
     result = cluster.run(SEED_CELL, timeout=300)
     for i in range(2):
         assert expected_line(i) in result.stdout(i).splitlines(), result.stdout(i)[-2000:]

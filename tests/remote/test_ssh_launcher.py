@@ -138,6 +138,7 @@ def test_interrupt_and_kill_are_seen(ssh_home: netns_hosts.TestNet) -> None:
         launcher = make_launcher(host.alias)
         try:
             handle = await launcher.start(0, {})
+            assert netns_hosts.parent_pid(handle.pid) == launcher.templates[0].pid  # forked
             kc = await connect(handle)
             try:
                 msg_id = kc.execute("import time\nfor _ in range(600): time.sleep(0.1)")
@@ -174,6 +175,8 @@ def test_lost_connection_kills_the_remote_kernel(ssh_home: netns_hosts.TestNet) 
             handle = await launcher.start(0, {})
             kernel_pid = handle.pid
             assert kernel_pid is not None
+            template_pid = launcher.templates[0].pid
+            assert template_pid is not None and netns_hosts.parent_pid(kernel_pid) == template_pid
             # Kill the sshd processes serving our connection: the TCP connection drops.
             sessions = [pid for pid in host.leftover_pids()
                         if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sshd:")]
@@ -184,6 +187,9 @@ def test_lost_connection_kills_the_remote_kernel(ssh_home: netns_hosts.TestNet) 
             while Path(f"/proc/{kernel_pid}").exists() and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             assert not Path(f"/proc/{kernel_pid}").exists(), "remote kernel outlived its connection"
+            while Path(f"/proc/{template_pid}").exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert not Path(f"/proc/{template_pid}").exists(), "the template outlived its connection"
             await asyncio.wait_for(handle.wait(), 10)
             assert "lost the SSH connection" in handle.exit_description()
         finally:

@@ -302,7 +302,7 @@ def run(config: dict, send: Callable[..., None], silence_limit: float) -> int:
         del sys.path[0]  # as ipykernel_launcher does while it loads; the kernel puts it back
     template = Template(send, silence_limit)
     try:
-        problem = preload(list(config.get("preload", ["tensorflow", "tf_keras"])))
+        problem = preload(list(config.get("preload", [])))
         send("ready", socket=template.path, problem=problem, python=sys.executable, **loaded_state())
         template.serve()
     finally:
