@@ -14,6 +14,10 @@ line ``{"op": "fork", "env", "argv", "cwd", "log", "owner"}`` and gets ``{"pid":
 key never travels here: the child reads the agent's 0600 connection file. ``{"op": "status"}`` answers
 what the template has loaded and whether a TensorFlow context exists (tests).
 
+The local template imports this module's fork helpers (``fork_child``, ``reset_signals``,
+``redirect_output``, ``reaped``, ``loaded_state``), so both kinds of template fork the same way; they
+must stay standard library only.
+
 Lifetimes: the template ends when the launcher closes its channel (stdin EOF) or stops pinging it
 (a silently dead network). Its children do not die with it: each watches its ``owner`` (the worker's
 agent, which kills the child's process group when its own channel closes) and kills its own process
@@ -34,7 +38,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 OWNER_POLL_SECONDS = 0.5
 #: What a kernel imports while it initialises, loaded once here (none of it starts a thread).
@@ -49,6 +53,60 @@ def exit_code(status: int) -> int:
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
 
 
+def reaped() -> Iterator[tuple[int, int]]:
+    """``(pid, exit code)`` of each child that has ended, without waiting."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, exit_code(status)
+
+
+def fork_child(become: Callable[[], None]) -> int:
+    """Fork; the child runs ``become`` and leaves with its exit code, never returning here."""
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            become()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    return pid
+
+
+def reset_signals() -> None:
+    """In a forked child: the signal handling of a freshly started process (Ctrl-C as KeyboardInterrupt)."""
+    signal.set_wakeup_fd(-1)
+    # (Not SIGPIPE: Python ignores it from the start, so that a closed pipe is an exception.)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def redirect_output(log_path: str) -> None:
+    """stdin from /dev/null, stdout and stderr appended to ``log_path`` (0600)."""
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    os.close(null_fd)
+
+
 def loaded_state() -> dict:
     """Modules loaded and whether TensorFlow's eager context exists (reading it creates nothing)."""
     context = sys.modules.get("tensorflow.python.eager.context")
@@ -57,6 +115,7 @@ def loaded_state() -> dict:
         "tensorflow_imported": "tensorflow" in sys.modules,
         "tf_keras_imported": "tf_keras" in sys.modules,
         "context_created": created is not None,
+        "context_initialized": bool(created is not None and getattr(created, "_initialized", False)),
         "threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None,
         "pid": os.getpid(),
     }
@@ -173,17 +232,11 @@ class Template:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _reap(self) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, code in reaped() if self.children else ():
             conn = self.children.pop(pid, None)
             if conn is not None:
                 try:
-                    conn.sendall(json.dumps({"event": "exit", "status": exit_code(status)}).encode() + b"\n")
+                    conn.sendall(json.dumps({"event": "exit", "status": code}).encode() + b"\n")
                 except OSError:
                     pass
 
@@ -195,38 +248,18 @@ class Template:
 
     # ------------------------------------------------------------------ fork
     def _fork(self, request: dict) -> int:
-        pid = os.fork()
-        if pid == 0:
-            code = 70
-            try:
-                self._become_kernel(request)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code)
-        return pid
+        return fork_child(lambda: self._become_kernel(request))
 
     def _become_kernel(self, request: dict) -> None:
         """In the child: shed the template, take the worker's environment, run ipykernel."""
         os.setsid()  # its own process group, as the agent's Popen(start_new_session=True) gives
-        signal.set_wakeup_fd(-1)
+        reset_signals()
         for conn, _ in self.clients.values():
             conn.close()
         self.listener.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGUSR1):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        _redirect_output(request["log"])  # also closes the SSH channel's stdin/stdout/stderr here
+        redirect_output(request["log"])  # also closes the SSH channel's stdin/stdout/stderr here
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in request["env"].items()})
         cwd = request.get("cwd")
@@ -241,16 +274,6 @@ class Template:
         from ipykernel import kernelapp
 
         kernelapp.launch_new_instance(argv)
-
-
-def _redirect_output(log_path: str) -> None:
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    null_fd = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null_fd, 0)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
-    os.close(null_fd)
 
 
 def _owner_gone(pid: int) -> bool:
