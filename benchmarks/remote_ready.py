@@ -1,15 +1,16 @@
 """Remote workers (two sshd test hosts in network namespaces) with and without their hosts' worker
-templates, and local workers for reference: time to ready, to the first cell that imports
-TensorFlow, and from a failed cell to the next cell's first instruction.
+templates, and local workers for reference: time to ready, to the end of the first seed cell, of a
+restart, and from a failed cell to the next cell's first instruction.
 
 All kinds are measured side by side in one run, alternating, so that ratios are fair on a busy
-machine. "Ready" is ``Cluster.start()`` returning on a new cluster (so a new launcher: remote
-templates start cold, importing TensorFlow while the ports are reserved); "+import" adds the first
-cell (``import tensorflow``); "recovery" is a cell failing on worker 1 (tests/data/fail_on_worker1.py;
-the group restarts in the background) until the next cell's first instruction runs on both workers
-(wall clocks of one machine).
+machine. Each run makes a new cluster, so a new launcher: remote templates start cold (they import
+TensorFlow and tf_keras while the ports are reserved), local ones are shared by the process (warm
+after the first run). "ready" is ``Cluster.start()`` returning; "first seed" adds the seed cell
+(tests/data/seed_train.py, checked for its exact lines); "restart" is ``Cluster.restart()``;
+"recovery" is a cell failing on worker 1 (tests/data/fail_on_worker1.py; the group restarts in the
+background) until the next cell's first instruction runs on both workers (wall clocks of one machine).
 
-Needs root (``ip netns``). Usage: ``python benchmarks/remote_ready.py [--repeat 3]``
+Needs root (``ip netns``). Usage: ``python benchmarks/remote_ready.py [--repeat 2]``
 """
 
 from __future__ import annotations
@@ -27,21 +28,27 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "remote")]
 
 import netns_hosts  # noqa: E402
+from seed_cell import SEED_CELL, expected_line  # noqa: E402
 
 from mwnotebook import Cluster, ClusterRunError  # noqa: E402
 
-TF_CELL = "import tensorflow as tf\nprint(tf.__version__, flush=True)"
 FAIL_CELL = (ROOT / "tests" / "data" / "fail_on_worker1.py").read_text(encoding="utf-8")
 FIRST_INSTRUCTION = "import time\nprint('FIRST', time.time(), flush=True)"
+COLUMNS = ("ready", "first seed", "restart", "recovery")
 
 
-def measure(make: Callable[[], Cluster]) -> tuple[float, float, float]:
+def measure(make: Callable[[], Cluster]) -> tuple[float, ...]:
     started = time.perf_counter()
     with make() as cluster:
         cluster.start()
         ready = time.perf_counter() - started
-        cluster.run(TF_CELL, timeout=300)
-        with_tf = time.perf_counter() - started
+        seed = cluster.run(SEED_CELL, timeout=600)
+        first_seed = time.perf_counter() - started
+        if [expected_line(i) in seed.stdout(i).splitlines() for i in range(2)] != [True, True]:
+            raise RuntimeError(f"the seed's lines are missing: {seed.stdout(0)[-500:]} {seed.stdout(1)[-500:]}")
+        restarting = time.perf_counter()
+        cluster.restart()
+        restart = time.perf_counter() - restarting
         try:
             cluster.run(FAIL_CELL, timeout=300)
             raise RuntimeError("the failing cell did not fail")
@@ -52,12 +59,12 @@ def measure(make: Callable[[], Cluster]) -> tuple[float, float, float]:
         if len(firsts) != 2:
             raise RuntimeError(f"the next cell did not run on both workers: {firsts}")
         recovery = max(firsts) - failed_at
-    return ready, with_tf, recovery
+    return ready, first_seed, restart, recovery
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     reason = netns_hosts.unavailable_reason()
     if reason:
@@ -73,7 +80,8 @@ def main() -> int:
         "remote, no template": lambda: Cluster(hosts=hosts, cpu=True, template=False),
         "local, template": lambda: Cluster(workers=2, cpu=True),
     }
-    results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
+    results: dict[str, list[tuple[float, ...]]] = {k: [] for k in kinds}
+    load_before = os.getloadavg()[0]
     try:
         measure(kinds["remote, no template"])  # warm the file cache once, not counted
         for _ in range(args.repeat):
@@ -81,18 +89,17 @@ def main() -> int:
                 results[kind].append(measure(make))
     finally:
         net.destroy()
-    print(f"2 workers, {args.repeat} runs each, alternating; median [min-max] seconds")
+    print(f"2 workers, {args.repeat} runs each, alternating; median [min-max] seconds; "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
     med = {}
     for kind, runs in results.items():
         columns = list(zip(*runs))
         med[kind] = [statistics.median(c) for c in columns]
-        cells = [f"{name} {m:.2f} [{min(c):.2f}-{max(c):.2f}]"
-                 for name, m, c in zip(("ready", "ready+import tensorflow", "recovery"), med[kind], columns)]
+        cells = [f"{name} {m:.2f} [{min(c):.2f}-{max(c):.2f}]" for name, m, c in zip(COLUMNS, med[kind], columns)]
         print(f"  {kind:20s} " + "   ".join(cells))
     on, off = med["remote, template"], med["remote, no template"]
-    print(f"  remote template/no template: ready x{on[0] / off[0]:.2f}, ready+import x{on[1] / off[1]:.2f}, "
-          f"recovery x{on[2] / off[2]:.2f}")
-    print(f"  remote template/local template: ready+import x{on[1] / med['local, template'][1]:.2f}")
+    print("  remote template / no template: " + ", ".join(
+        f"{name} x{a / b:.2f}" for name, a, b in zip(COLUMNS, on, off)))
     return 0
 
 
