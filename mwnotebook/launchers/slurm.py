@@ -311,8 +311,8 @@ class SlurmLauncher:
         """The worker template for ``env`` on ``node`` (a job step kept for the allocation); None when off."""
         if not self.use_template or self.allocation is None:
             return None
-        job_id = self.allocation.job_id
-        return self._templates.get(node, node, env, lambda: SrunAgent.start(job_id, node, self.python))
+        job_id = self.allocation.job_id  # a new allocation (the old one ended) gets new templates
+        return self._templates.get((job_id, node), node, env, lambda: SrunAgent.start(job_id, node, self.python))
 
     @property
     def templates(self) -> list[RemoteTemplate]:
