@@ -15,6 +15,11 @@ never on a command line.
 * ``start`` configures an agent in its ``kernel`` role. The kernel binds 127.0.0.1 on its host;
   each of its five ZMQ ports is reached through an SSH local port forward on the notebook's
   loopback, and ``connection_info`` names those forwarded ports.
+* Templates (default; ``--no-template`` or ``MWNOTEBOOK_TEMPLATE=0`` turn them off): one more agent
+  per host runs in its ``template`` role (``remote_templates.py``), started with the port holder and
+  kept until :meth:`SSHLauncher.close`; ``start`` names its socket in the kernel agent's
+  configuration, and the kernel is forked from it instead of started (a fresh start, with a
+  one-line notice, where the template can't serve).
 * interrupt / kill are lines sent to the agent; the agent reports the kernel's exit. Closing the
   channel (stop, or a lost connection) makes the agent kill the kernel's process group.
 """
