@@ -156,6 +156,7 @@ def test_template_forks_kernels_that_end_with_their_own_agent() -> None:
         assert Path(f"/proc/{pid}").exists(), "the kernel died with its template"
         proc.stdin.close()  # type: ignore[union-attr]
         assert proc.wait(timeout=10) == 0 and gone(pid)
+        assert Path(ready["socket"]).parent.exists()  # a killed template leaves its directory...
         # 3. A dead template: a fresh kernel, and the agent says why.
         proc = agent(config)
         kernels.append(proc)
@@ -165,6 +166,11 @@ def test_template_forks_kernels_that_end_with_their_own_agent() -> None:
         proc.stdin.write("kill\n")  # type: ignore[union-attr]
         proc.stdin.flush()  # type: ignore[union-attr]
         assert event(proc)["description"] == "killed by SIGKILL"
+        # ...until the next template starts (and the host's temp dir does not fill up).
+        second = agent({"role": "template", "source": TEMPLATE_SOURCE, "require": ["ipykernel"], "preload": []})
+        kernels.append(second)
+        assert event(second)["event"] == "ready"
+        assert not Path(ready["socket"]).parent.exists()
     finally:
         for proc in [template, *kernels]:
             if proc.poll() is None:

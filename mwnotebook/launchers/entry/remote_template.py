@@ -41,9 +41,29 @@ import traceback
 from collections.abc import Callable, Iterator
 
 OWNER_POLL_SECONDS = 0.5
+#: Each template's private directory: DIR_PREFIX + its pid + a random suffix, in the temp dir.
+DIR_PREFIX = "mwnotebook-template-"
 #: What a kernel imports while it initialises, loaded once here (none of it starts a thread).
 KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
                   "IPython.core.completerlib", "tornado.platform.asyncio")
+
+
+def remove_stale_dirs() -> None:
+    """Remove the directories of this user's templates that were killed before they could."""
+    parent = tempfile.gettempdir()
+    for name in os.listdir(parent):
+        owner = name[len(DIR_PREFIX):].split("-", 1)[0]
+        path = os.path.join(parent, name)
+        if not name.startswith(DIR_PREFIX) or not owner.isdigit():
+            continue
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(owner), 0)  # raises if that template is gone
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def exit_code(status: int) -> int:
@@ -146,7 +166,8 @@ class Template:
     def __init__(self, send: Callable[..., None], silence_limit: float) -> None:
         self.send = send
         self.silence_limit = silence_limit
-        self.dir = tempfile.mkdtemp(prefix="mwnotebook-template-")  # mode 0700
+        remove_stale_dirs()
+        self.dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")  # mode 0700
         self.path = os.path.join(self.dir, "fork.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
