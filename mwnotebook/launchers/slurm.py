@@ -38,10 +38,12 @@ from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.agent_events import gather_port_holders, next_agent_event
 from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
+from mwnotebook.launchers.remote_templates import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.slurm_job import SlurmAllocation
 from mwnotebook.launchers.slurm_shell import LocalSlurm, LoginSlurm, SlurmProcess, SlurmShell
-from mwnotebook.launchers.ssh import DEFAULT_REQUIRE, SSHKernelHandle
+from mwnotebook.launchers.ssh import DEFAULT_REQUIRE, SSHKernelHandle, shared_worker_env
 from mwnotebook.launchers.ssh_channel import AGENT_PING_SECONDS, AGENT_SILENCE_LIMIT, agent_error
+from mwnotebook.launchers.template import templates_disabled
 
 __all__ = ["SlurmLauncher", "SrunAgent"]
 
@@ -151,7 +153,8 @@ class SlurmLauncher:
                  workers: int = 2, workers_per_host: int | None = None,
                  gpus_per_worker: int | None = None, python: str | None = None,
                  require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
-                 cwd: str | None = None, login: str | None = None, ssh_config: str | None = None) -> None:
+                 cwd: str | None = None, login: str | None = None, ssh_config: str | None = None,
+                 template: bool = True, startup_env: Mapping[str, str] | None = None) -> None:
         self.workers = workers
         self.workers_per_host = workers_per_host
         self.gpus_per_worker = gpus_per_worker
@@ -170,6 +173,12 @@ class SlurmLauncher:
         #: Where the Slurm commands run; with a login node, kernel ports are forwarded through it.
         self.shell: SlurmShell = LoginSlurm(login, ssh_config) if login else LocalSlurm()
         self._abort = asyncio.Event()
+        # One worker template per node for the allocation (launchers/remote_templates.py). Not with
+        # --gpus-per-worker: a forked kernel lives in the template's job step, not in the step that
+        # srun gave the worker's GPUs.
+        self.use_template = template and gpus_per_worker is None and not templates_disabled()
+        self._startup_env = dict(startup_env) if startup_env is not None else None
+        self._templates = RemoteTemplates(self.python, self.require, self.cwd)
 
     @classmethod
     def from_spec(cls, spec: Any) -> SlurmLauncher:
@@ -178,7 +187,8 @@ class SlurmLauncher:
         return cls(salloc_args=spec.slurm, job_id=spec.slurm_job or inside, workers=spec.workers,
                    workers_per_host=spec.workers_per_host, gpus_per_worker=spec.gpus_per_worker,
                    python=spec.python, startup_timeout=spec.startup_timeout, login=login,
-                   ssh_config=getattr(spec, "ssh_config", None))
+                   ssh_config=getattr(spec, "ssh_config", None),
+                   template=getattr(spec, "template", True), startup_env=shared_worker_env(spec))
 
     def abort_start(self) -> None:
         """Ctrl-C during a start: a wait in Slurm's queue ends now and the pending job is cancelled
@@ -228,6 +238,8 @@ class SlurmLauncher:
             agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python)
             self._holders.append(agent)
             agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
+            if self._startup_env is not None:
+                self._template(node, self._startup_env)  # imports TensorFlow while the rest starts
             event = await self._first_event(agent, node, self.startup_timeout)
             address = allocation.addresses.get(node, node)
             for index, port in zip(indices, event["ports"]):
@@ -273,14 +285,16 @@ class SlurmLauncher:
         info: dict[str, Any] = {"ip": address, "transport": "tcp", "key": key,
                                 "signature_scheme": "hmac-sha256", "kernel_name": ""}
         try:
-            agent.configure({
+            template = self._template(node, env)
+            agent.configure(await with_template({
                 "role": "kernel", "key": key, "signature_scheme": "hmac-sha256", "ip": address,
                 "env": dict(env), "require": list(self.require), "cwd": self.cwd,
                 "timeout": self.startup_timeout,
-            })
+            }, template))
             event = await self._first_event(agent, node, self.startup_timeout + 5)
             if event.get("event") != "ready":
                 raise ClusterStartError(f"{node}: unexpected agent reply {event.get('event')!r}", host=node)
+            check_fork(template, event)
             for name in _CHANNELS:  # direct: the node's own port; via a login node: a local forward
                 info["ip"], info[name], listener = await self.shell.forward(address, int(event["ports"][name]))
                 if listener is not None:
@@ -299,6 +313,19 @@ class SlurmLauncher:
         log.info("worker %d: kernel pid %s on %s (job %s)", index, handle.pid, node, allocation.job_id)
         return handle
 
+    def _template(self, node: str, env: Mapping[str, str]) -> RemoteTemplate | None:
+        """The worker template for ``env`` on ``node`` (a job step kept for the allocation); None when off."""
+        if not self.use_template or self.allocation is None:
+            return None
+        job_id = self.allocation.job_id  # a new allocation (the old one ended) gets new templates
+        shell = self.shell
+        return self._templates.get((job_id, node), node, env,
+                                   lambda: SrunAgent.start(shell, job_id, node, self.python))
+
+    @property
+    def templates(self) -> list[RemoteTemplate]:
+        return self._templates.templates()
+
     async def status(self) -> dict[str, Any]:
         """Job id, nodes and the job's state, for ``%mwcluster status``."""
         if self.allocation is None:
@@ -311,6 +338,7 @@ class SlurmLauncher:
         handles, self._handles = self._handles, []
         await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
         await self._release_ports()
+        await self._templates.close()
         allocation, self.allocation = self.allocation, None
         if allocation is not None:
             await allocation.release()

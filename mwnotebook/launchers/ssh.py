@@ -15,6 +15,11 @@ never on a command line.
 * ``start`` configures an agent in its ``kernel`` role. The kernel binds 127.0.0.1 on its host;
   each of its five ZMQ ports is reached through an SSH local port forward on the notebook's
   loopback, and ``connection_info`` names those forwarded ports.
+* Templates (default; ``--no-template`` or ``MWNOTEBOOK_TEMPLATE=0`` turn them off): one more agent
+  per host runs in its ``template`` role (``remote_templates.py``), started with the port holder and
+  kept until :meth:`SSHLauncher.close`; ``start`` names its socket in the kernel agent's
+  configuration, and the kernel is forked from it instead of started (a fresh start, with a
+  one-line notice, where the template can't serve).
 * interrupt / kill are lines sent to the agent; the agent reports the kernel's exit. Closing the
   channel (stop, or a lost connection) makes the agent kill the kernel's process group.
 """
@@ -37,8 +42,10 @@ from mwnotebook.config.hosts import HostsArg, HostSpec, worker_hosts
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.agent_events import gather_port_holders
+from mwnotebook.launchers.remote_templates import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.ssh_channel import Agent, agent_error
 from mwnotebook.launchers.ssh_connect import SSHConnectError, SSHConnection, loss_reason, open_connection
+from mwnotebook.launchers.template import templates_disabled
 
 __all__ = ["SSHLauncher", "SSHKernelHandle", "parse_tf_address"]
 
@@ -58,6 +65,17 @@ KEEPALIVE_COUNT_MAX = 3
 RECONNECT_WINDOW = 30.0
 
 HostKey = tuple[str, str | None, int | None]
+
+
+def shared_worker_env(spec: Any) -> dict[str, str] | None:
+    """The environment every worker of ``spec`` shares at start (what picks its host's template),
+    or None when it can't be told before the workers' own turn."""
+    from mwnotebook.config.worker_env import worker_envs
+
+    try:
+        return worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]
+    except Exception:  # the cluster reports a bad spec itself, in its own words
+        return None
 
 
 def parse_tf_address(value: str | None, placement: Sequence[HostSpec]) -> dict[str, str]:
@@ -188,6 +206,8 @@ class SSHLauncher:
         ssh_config: str | None = None,
         keepalive_interval: float = KEEPALIVE_INTERVAL,
         keepalive_count_max: int = KEEPALIVE_COUNT_MAX,
+        template: bool = True,
+        startup_env: Mapping[str, str] | None = None,
     ) -> None:
         self.placement = worker_hosts(hosts, workers, workers_per_host)
         # Default: the notebook's own interpreter path, as for local workers. It is right where
@@ -215,6 +235,11 @@ class SSHLauncher:
         self._holders: list[Agent] = []
         self._spares: dict[int, tuple[asyncssh.SSHClientConnection, Agent]] = {}
         self._handles: list[SSHKernelHandle] = []
+        #: Fork workers from a template per host (``remote_templates.py``); ``startup_env`` (the
+        #: environment all workers share) lets tf_addresses start them before the workers' turn.
+        self.use_template = template and not templates_disabled()
+        self._startup_env = dict(startup_env) if startup_env is not None else None
+        self._templates = RemoteTemplates(self.python, self.require, cwd)
 
     @classmethod
     def from_spec(cls, spec: Any) -> SSHLauncher:
@@ -229,6 +254,8 @@ class SSHLauncher:
             tf_address=spec.tf_address,
             startup_timeout=spec.startup_timeout,
             ssh_config=getattr(spec, "ssh_config", None),
+            template=getattr(spec, "template", True),
+            startup_env=shared_worker_env(spec),
         )
 
     # -- connections ---------------------------------------------------------------------------
@@ -296,6 +323,8 @@ class SSHLauncher:
             # While the host answers, start the kernels' agents: their interpreters load in
             # parallel, and start() only has to hand each its configuration.
             spares = asyncio.ensure_future(self._start_spares(indices))
+            if self._startup_env is not None:
+                self._template(spec, self._startup_env)  # imports TensorFlow while the rest starts
             try:
                 event = await self._first_event(agent, spec, self.connect_timeout + 10)
             finally:
@@ -363,15 +392,17 @@ class SSHLauncher:
             conn, agent = await self._run_agent(spec)
         listeners: list[asyncssh.SSHListener] = []
         try:
-            agent.configure({
+            template = self._template(spec, env)
+            agent.configure(await with_template({
                 "role": "kernel", "key": key, "signature_scheme": "hmac-sha256",
                 "env": dict(env), "require": list(self.require), "cwd": self.cwd,
                 "timeout": self.startup_timeout,
-            })
+            }, template))
             event = await self._first_event(agent, spec, self.startup_timeout + 5)
             if event.get("event") != "ready":
                 raise ClusterStartError(f"{spec.target}: unexpected agent reply {event.get('event')!r}",
                                         host=spec.target)
+            check_fork(template, event)
             info: dict[str, Any] = {"ip": "127.0.0.1", "transport": "tcp", "key": key,
                                     "signature_scheme": "hmac-sha256", "kernel_name": ""}
             for name in _CHANNELS:
@@ -394,12 +425,29 @@ class SSHLauncher:
         log.info("worker %d: kernel pid %s on %s", index, handle.pid, spec.target)
         return handle
 
+    def _template(self, spec: HostSpec, env: Mapping[str, str]) -> RemoteTemplate | None:
+        """The worker template for ``env`` on ``spec``'s host (started now if new); None when off."""
+        if not self.use_template:
+            return None
+
+        async def start_agent() -> Agent:
+            return (await self._run_agent(spec))[1]
+
+        return self._templates.get(spec.key, spec.target, env, start_agent)
+
+    @property
+    def templates(self) -> list[RemoteTemplate]:
+        """The worker templates of this launcher (one per host and start-up environment)."""
+        return self._templates.templates()
+
     async def close(self) -> None:
-        """Kill every kernel this launcher started, release the ports, close the connections."""
+        """Kill every kernel this launcher started, release the ports, end the templates, close the
+        connections."""
         self._closing = True
         handles, self._handles = self._handles, []
         await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
         await self._release_ports()
+        await self._templates.close()
         sessions = list(self._sessions.values())
         self._conns, self._full, self._sessions = {}, set(), {}
         for session in sessions:

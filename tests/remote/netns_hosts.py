@@ -69,6 +69,20 @@ def ns_pids(netns: str) -> set[int]:
     return {int(p) for p in result.stdout.split()}
 
 
+def parent_pid(pid: int) -> int:
+    """The parent of a process (of a forked worker kernel: its worker template)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie. A forked worker whose template ended first is
+    reparented to PID 1, and where PID 1 reaps no orphans (some containers) its corpse stays in /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def describe_pids(pids: set[int]) -> list[str]:
     out = []
     for pid in sorted(pids):

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mwnotebook.launchers.entry import remote_agent
+from mwnotebook.launchers.entry import remote_agent, remote_template
 from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -104,3 +104,75 @@ def test_kernel_kill_and_stdin_eof() -> None:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+TEMPLATE_SOURCE = Path(remote_template.__file__).read_text(encoding="utf-8")
+
+
+def test_template_source_is_ascii() -> None:
+    TEMPLATE_SOURCE.encode("ascii")
+
+
+def gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not Path(f"/proc/{pid}").exists()
+
+
+def test_template_forks_kernels_that_end_with_their_own_agent() -> None:
+    """The template role without TensorFlow (``preload`` empty: only the kernel's modules), so that
+    the lifetimes are checked in seconds: a forked kernel's parent is the template, yet it ends with
+    the agent that asked for it, survives its template, and an unusable template means a fresh
+    kernel with a note."""
+    template = agent({"role": "template", "source": TEMPLATE_SOURCE, "require": ["ipykernel"],
+                      "preload": [], "env": {"MW_TEMPLATE": "1"}})
+    kernels: list[subprocess.Popen[str]] = []
+    try:
+        ready = event(template)
+        assert ready["event"] == "ready" and ready["context_created"] is False, ready
+        config = {"role": "kernel", "key": "secret-" + os.urandom(8).hex(), "require": ["ipykernel"],
+                  "env": {"MW_TEST": "1"}, "timeout": 60, "template": ready["socket"]}
+
+        def forked_kernel() -> tuple[subprocess.Popen[str], int]:
+            proc = agent(config)
+            kernels.append(proc)
+            started = event(proc)
+            assert started["event"] == "ready" and started["forked"] is True, started
+            pid = started["pid"]
+            assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(ready["pid"])
+            assert config["key"] not in Path(f"/proc/{pid}/cmdline").read_text()
+            return proc, pid  # (its /proc environ is the template's: the worker's is set after fork)
+
+        # 1. Its agent is killed (kill -9: no clean-up of its own): the kernel ends by itself.
+        proc, pid = forked_kernel()
+        proc.kill()
+        assert gone(pid), "a forked kernel outlived its agent"
+        # 2. The template is killed: the running kernel is not affected; its agent still ends it.
+        proc, pid = forked_kernel()
+        template.kill()
+        template.wait(timeout=10)
+        time.sleep(0.5)
+        assert Path(f"/proc/{pid}").exists(), "the kernel died with its template"
+        proc.stdin.close()  # type: ignore[union-attr]
+        assert proc.wait(timeout=10) == 0 and gone(pid)
+        assert Path(ready["socket"]).parent.exists()  # a killed template leaves its directory...
+        # 3. A dead template: a fresh kernel, and the agent says why.
+        proc = agent(config)
+        kernels.append(proc)
+        started = event(proc)
+        assert started["event"] == "ready" and started["forked"] is False
+        assert "template" in started["note"], started
+        proc.stdin.write("kill\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert event(proc)["description"] == "killed by SIGKILL"
+        # ...until the next template starts (and the host's temp dir does not fill up).
+        second = agent({"role": "template", "source": TEMPLATE_SOURCE, "require": ["ipykernel"], "preload": []})
+        kernels.append(second)
+        assert event(second)["event"] == "ready"
+        assert not Path(ready["socket"]).parent.exists()
+    finally:
+        for proc in [template, *kernels]:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)

@@ -149,6 +149,7 @@ def test_notebook_process_killed_leaves_nothing_on_the_hosts(ssh_home: netns_hos
         f"c = Cluster(hosts=({h0.alias!r}, {h1.alias!r}), cpu=True)\n"
         "c.start()\n"
         "print(' '.join(str(s.pid) for s in c.status()), flush=True)\n"
+        "print(' '.join(str(t.pid) for t in c._core._launcher.templates), flush=True)\n"
         "time.sleep(600)\n"
     )
     root = Path(__file__).resolve().parents[2]
@@ -157,6 +158,9 @@ def test_notebook_process_killed_leaves_nothing_on_the_hosts(ssh_home: netns_hos
         pids = [int(p) for p in notebook.stdout.readline().split()]  # type: ignore[union-attr]
         assert len(pids) == 2, "the cluster did not start"
         assert pids[0] in netns_hosts.ns_pids(h0.netns) and pids[1] in netns_hosts.ns_pids(h1.netns)
+        templates = [int(p) for p in notebook.stdout.readline().split()]  # type: ignore[union-attr]
+        # Forked, each by its own host's template (the templates are listed in the order they started).
+        assert sorted(netns_hosts.parent_pid(pid) for pid in pids) == sorted(templates) and len(set(templates)) == 2
     finally:
         notebook.kill()
         notebook.wait(timeout=10)

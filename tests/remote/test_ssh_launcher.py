@@ -138,6 +138,7 @@ def test_interrupt_and_kill_are_seen(ssh_home: netns_hosts.TestNet) -> None:
         launcher = make_launcher(host.alias)
         try:
             handle = await launcher.start(0, {})
+            assert netns_hosts.parent_pid(handle.pid) == launcher.templates[0].pid  # forked
             kc = await connect(handle)
             try:
                 msg_id = kc.execute("import time\nfor _ in range(600): time.sleep(0.1)")
@@ -174,6 +175,8 @@ def test_lost_connection_kills_the_remote_kernel(ssh_home: netns_hosts.TestNet) 
             handle = await launcher.start(0, {})
             kernel_pid = handle.pid
             assert kernel_pid is not None
+            template_pid = launcher.templates[0].pid
+            assert template_pid is not None and netns_hosts.parent_pid(kernel_pid) == template_pid
             # Kill the sshd processes serving our connection: the TCP connection drops.
             sessions = [pid for pid in host.leftover_pids()
                         if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sshd:")]
@@ -184,6 +187,9 @@ def test_lost_connection_kills_the_remote_kernel(ssh_home: netns_hosts.TestNet) 
             while Path(f"/proc/{kernel_pid}").exists() and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             assert not Path(f"/proc/{kernel_pid}").exists(), "remote kernel outlived its connection"
+            while Path(f"/proc/{template_pid}").exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert not Path(f"/proc/{template_pid}").exists(), "the template outlived its connection"
             await asyncio.wait_for(handle.wait(), 10)
             assert "lost the SSH connection" in handle.exit_description()
         finally:
@@ -207,9 +213,11 @@ def test_several_workers_per_host_and_tf_address_override(ssh_home: netns_hosts.
             assert [h.host for h in handles] == [h0.alias, h0.alias, f"root@{h1.address}"]
             assert {h.pid for h in handles[:2]} <= netns_hosts.ns_pids(h0.netns)
             assert handles[2].pid in netns_hosts.ns_pids(h1.netns)
-            # The test sshd allows 2 sessions per connection (MaxSessions 2): the port holder
-            # and two kernels on h0 need a second connection there; h1 needs one.
-            assert sorted(len(c) for c in launcher._conns.values()) == [1, 2]
+            # The test sshd allows 2 sessions per connection (MaxSessions 2): the port holder,
+            # the worker template and two kernels on h0 need a second connection there, and so do
+            # the holder, template and kernel on h1.
+            assert sorted(len(c) for c in launcher._conns.values()) == [2, 2]
+            assert len(launcher.templates) == 2
         finally:
             await launcher.close()
 
@@ -264,7 +272,8 @@ def test_start_errors_name_the_host_quickly(case: str, ssh_home: netns_hosts.Tes
         "no_ipykernel": (h1.alias, {"python": broken_pythons["bare"]}, "lacks ipykernel"),
         "no_tensorflow": (h0.alias, {"python": broken_pythons["no_tf"],
                                      "require": ("ipykernel", "tensorflow")}, "lacks tensorflow"),
-        "kernel_crash": (h1.alias, {}, "the kernel exit code 3.*broken on purpose"),
+        # A fresh interpreter (a forked kernel does not run ipykernel_launcher.py from PYTHONPATH).
+        "kernel_crash": (h1.alias, {"template": False}, "the kernel exit code 3.*broken on purpose"),
     }[case]
     env = {}
     if case == "kernel_crash":

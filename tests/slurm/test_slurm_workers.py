@@ -127,7 +127,7 @@ def test_interrupt_then_scancel_from_outside(slurm_env: slurm_cluster.SlurmClust
         status = cluster.status()
         assert not any(s.alive for s in status), status
         for pid in pids:
-            assert not Path(f"/proc/{pid}").exists()
+            assert not slurm_cluster.netns_hosts.running(pid)
 
         # The next cells: the dead workers are reported, the restart in the ended job fails saying
         # why, and then a new allocation is made and the cell runs.

@@ -3,7 +3,7 @@
 It is never installed on the remote host: the launcher sends this file's source over the SSH
 channel's stdin and the remote interpreter executes it (see ``BOOTSTRAP``). Its configuration,
 including the kernel's HMAC signing key, follows on stdin as one JSON line, so the key never
-appears on a command line or in a process list. Two roles:
+appears on a command line or in a process list. Three roles:
 
 ``ports``
     Preflight (Python version, required modules present) and reservation of TCP ports for
@@ -20,6 +20,15 @@ appears on a command line or in a process list. Two roles:
     group is killed and the directory removed. The kernel also gets ``PR_SET_PDEATHSIG`` so that
     it dies with the agent even if the agent is SIGKILLed.
 
+    With ``template`` (the path of this host's template socket), the kernel is forked from the
+    template instead (TensorFlow already imported), as the same ``ipykernel_launcher`` kernel; it
+    kills its own process group when this agent is gone. If the template can't fork, the kernel
+    starts fresh and ``ready`` carries a one-line ``note`` saying why.
+``template``
+    The host's worker template: the source of ``remote_template.py`` comes in the configuration
+    (``source``) and runs here; it imports TensorFlow once and forks kernels on request until
+    stdin closes. Replies ``ready`` with its socket's path.
+
 Every message to the launcher is one JSON line on stdout: ``{"event": ...}``.
 """
 
@@ -29,6 +38,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -49,6 +59,10 @@ BOOTSTRAP = (
 _lock = threading.Lock()
 #: When the launcher last wrote a line (monotonic seconds); see read_line().
 _last_heard = [time.monotonic()]
+#: The silence limit of the first ``ping`` (0: none yet); the watchdog thread ends when _quiet is set.
+_silence_limit = [0.0]
+_quiet = threading.Event()
+_watchdogs: list = []
 
 
 def read_line() -> str:
@@ -64,13 +78,23 @@ def read_line() -> str:
         if not line.startswith("ping"):
             return line
         limit = line.split()[1:]
-        if limit:
-            threading.Thread(target=_watchdog, args=(float(limit[0]),), daemon=True).start()
+        if limit and not _watchdogs:
+            _silence_limit[0] = float(limit[0])
+            _watchdogs.append(threading.Thread(target=_watchdog, args=(float(limit[0]),), daemon=True))
+            _watchdogs[0].start()
+
+
+def stop_watchdog() -> None:
+    """End the watchdog thread (a template forks: it keeps no threads, and watches the silence itself)."""
+    _quiet.set()
+    for thread in _watchdogs:
+        thread.join()
 
 
 def _watchdog(limit: float) -> None:
     while time.monotonic() - _last_heard[0] <= limit:
-        time.sleep(min(1.0, limit / 4))
+        if _quiet.wait(min(1.0, limit / 4)):
+            return
     sys.stderr.write(f"mwnotebook agent: no word from the notebook for {limit:g} s; stopping\n")
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -169,6 +193,92 @@ def _tail(path: str, limit: int = 2000) -> str:
         return ""
 
 
+class ForkedProcess:
+    """A kernel forked by this host's worker template, with the ``Popen`` methods ``Kernel`` uses.
+
+    The template is its parent and reaps it; its exit status comes on the request's connection.
+    """
+
+    def __init__(self, channel: socket.socket, pid: int) -> None:
+        self.channel = channel
+        self.pid = pid
+        self.returncode = None  # type: int | None
+        self.template_gone = False
+        self.killed = False
+        self._buffer = b""
+
+    @classmethod
+    def request(cls, path: str, request: dict) -> ForkedProcess:
+        channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            channel.settimeout(30)
+            channel.connect(path)
+            channel.sendall(json.dumps(request).encode() + b"\n")
+            reply = cls._read_message(channel, b"")[0]
+        except BaseException:
+            channel.close()
+            raise
+        if reply is None or "pid" not in reply:
+            channel.close()
+            raise RuntimeError(str((reply or {}).get("error", "the template closed the connection")))
+        return cls(channel, int(reply["pid"]))
+
+    @staticmethod
+    def _read_message(channel: socket.socket, buffer: bytes) -> tuple:
+        while b"\n" not in buffer:
+            data = channel.recv(4096)
+            if not data:
+                return None, buffer
+            buffer += data
+        line, buffer = buffer.split(b"\n", 1)
+        return json.loads(line), buffer
+
+    def _gone(self) -> bool:
+        """Without the template's word: has the kernel ended (gone, or a zombie nobody reaps)?"""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except (OSError, IndexError):
+            return True
+
+    def _listen(self, timeout: float) -> None:
+        """Take the template's word for up to ``timeout`` s; sets ``returncode`` when the kernel ended."""
+        if b"\n" not in self._buffer and select.select([self.channel], [], [], timeout)[0]:
+            try:
+                data = self.channel.recv(4096)
+            except OSError:
+                data = b""
+            if not data:
+                self.template_gone = True
+            self._buffer += data
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if message.get("event") == "exit":
+                self.returncode = int(message["status"])
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            if not self.template_gone:
+                self._listen(0)
+            elif self._gone():  # its status died with the template
+                self.returncode = -signal.SIGKILL if self.killed else 1
+        return self.returncode
+
+    def wait(self) -> int:
+        code = self.poll()
+        while code is None:
+            if self.template_gone:
+                time.sleep(0.1)
+            else:
+                self._listen(0.5)
+            code = self.poll()
+        return code
+
+
 class Kernel:
     """The kernel child process and its private directory."""
 
@@ -192,13 +302,30 @@ class Kernel:
         cwd = config.get("cwd") or None
         if cwd and not os.path.isdir(cwd):
             cwd = None
+        #: Why the kernel is a fresh interpreter although a template was named ('' otherwise).
+        self.template_note = ""
+        self.proc = self._from_template(config.get("template"), env, cwd) or self._fresh(env, cwd)
+        self._killed = False
+
+    def _fresh(self, env: dict, cwd: str | None) -> subprocess.Popen:
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
+            return subprocess.Popen(
                 [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
             )
-        self._killed = False
+
+    def _from_template(self, path: str | None, env: dict, cwd: str | None) -> ForkedProcess | None:
+        """Ask this host's worker template (its socket ``path``) to fork the kernel; None if it can't."""
+        if not path:
+            return None
+        try:
+            return ForkedProcess.request(path, {
+                "op": "fork", "env": env, "cwd": cwd, "log": self.log_path, "owner": os.getpid(),
+                "argv": ["-f", self.connection_file]})
+        except (OSError, ValueError, RuntimeError) as exc:
+            self.template_note = f"the worker template did not fork the kernel ({exc})"
+            return None
 
     def wait_ports(self, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout
@@ -216,10 +343,16 @@ class Kernel:
             else:
                 os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
-            pass
+            if sig == signal.SIGKILL and isinstance(self.proc, ForkedProcess):
+                try:  # forked a moment ago: it may not lead its own process group yet
+                    os.kill(self.proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def kill(self) -> None:
         self._killed = True
+        if isinstance(self.proc, ForkedProcess):
+            self.proc.killed = True
         self.signal(signal.SIGKILL)
 
     def cleanup(self) -> None:
@@ -271,13 +404,24 @@ def run_kernel(config: dict) -> int:
             why = describe(rc) if rc is not None else "did not bind its ports in time"
             send("error", kind="kernel", detail=f"the kernel {why}", log=_tail(kernel.log_path))
             return 4
-        send("ready", pid=kernel.proc.pid, ports=ports, python=sys.executable, dir=kernel.dir)
+        send("ready", pid=kernel.proc.pid, ports=ports, python=sys.executable, dir=kernel.dir,
+             forked=isinstance(kernel.proc, ForkedProcess), note=kernel.template_note)
         rc = kernel.proc.wait()
         send("exit", returncode=rc, description=describe(rc),
              log="" if kernel._killed else _tail(kernel.log_path))
         return 0
     finally:
         kernel.cleanup()
+
+
+def run_template(config: dict) -> int:
+    """This host's worker template (``remote_template.py``, whose source is in ``config``)."""
+    if not preflight(config):
+        return 3
+    stop_watchdog()  # the template forks: no thread of ours may run; it watches the silence itself
+    namespace: dict = {"__name__": "mwnotebook_remote_template"}
+    exec(compile(config.pop("source"), "<mwnotebook-remote-template>", "exec"), namespace)
+    return int(namespace["run"](config, send, _silence_limit[0]))
 
 
 def main() -> int:
@@ -290,6 +434,8 @@ def main() -> int:
         return run_ports(config)
     if role == "kernel":
         return run_kernel(config)
+    if role == "template":
+        return run_template(config)
     send("error", kind="protocol", detail=f"unknown role {role!r}")
     return 2
 

@@ -46,8 +46,15 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from typing import Any
+
+from mwnotebook.launchers.entry.remote_template import (
+    fork_child,
+    loaded_state,
+    reaped,
+    redirect_output,
+    reset_signals,
+)
 
 PARENT_POLL_SECONDS = 0.5
 
@@ -100,15 +107,9 @@ class Template:
         return False
 
     def _reap(self) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, code in reaped() if self.children else ():
             self.children.discard(pid)
-            self.send(event="exit", pid=pid, status=os.waitstatus_to_exitcode(status))
+            self.send(event="exit", pid=pid, status=code)
 
     def _handle(self, request: dict[str, Any]) -> None:
         op = request.get("op")
@@ -141,38 +142,19 @@ class Template:
 
     # ------------------------------------------------------------------ fork
     def _fork(self, request: dict[str, Any]) -> int:
-        pid = os.fork()
-        if pid == 0:
-            code = 70
-            try:
-                self._become_worker(request)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code)
+        pid = fork_child(lambda: self._become_worker(request))
         self.children.add(pid)
         return pid
 
     def _become_worker(self, request: dict[str, Any]) -> None:
         """In the child: shed the template, take the worker's environment, run the kernel."""
         os.setsid()  # its own session and process group, like a launched kernel (killpg takes all of it)
-        signal.set_wakeup_fd(-1)
+        reset_signals()
         for fd in (self.channel.fileno(), self._wake_r, self._wake_w):
             os.close(fd)
         for sock in self.held_ports.values():
             sock.close()
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        _redirect_output(request["log"])
+        redirect_output(request["log"])
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ.pop("MWNOTEBOOK_PARENT_PID", None)  # as an exec'd worker_kernel does
@@ -199,16 +181,6 @@ def _pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
         return None
-
-
-def _redirect_output(log_path: str) -> None:
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    null_fd = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null_fd, 0)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
-    os.close(null_fd)
 
 
 def _reseed_random() -> None:
@@ -271,16 +243,7 @@ def status() -> dict[str, Any]:
     ``context._context`` stays None until something creates the eager context (any op, device
     listing, ``tf.executing_eagerly()``...); reading it initialises nothing.
     """
-    context = sys.modules.get("tensorflow.python.eager.context")
-    created = getattr(context, "_context", None) if context is not None else None
-    return {
-        "tensorflow_imported": "tensorflow" in sys.modules,
-        "tf_keras_imported": "tf_keras" in sys.modules,
-        "context_created": created is not None,
-        "context_initialized": bool(created is not None and getattr(created, "_initialized", False)),
-        "threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None,
-        "pid": os.getpid(),
-    }
+    return dict(loaded_state())  # the same check as a remote host's template
 
 
 def preload() -> str:

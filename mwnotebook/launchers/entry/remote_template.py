@@ -1,0 +1,354 @@
+"""The worker template of a remote host (stdlib only): run by the remote agent in its ``template`` role.
+
+Like the local template (``worker_template.py``), it imports TensorFlow (and tf_keras when
+``TF_USE_LEGACY_KERAS=1``) and ipykernel once, never initialises TensorFlow's runtime, and forks worker
+kernels that start with all of that in memory. Unlike it, it may run where mwnotebook is not installed:
+its source travels in the agent's configuration line (``source``) and runs inside the agent process,
+so everything here is the standard library, and a forked child becomes exactly what the agent starts
+without a template: ``python -m ipykernel_launcher -f FILE`` (the same kernel, run in-process).
+
+Who asks for a fork: a worker's own agent (``remote_agent.py``, ``kernel`` role). It connects to this
+template's unix socket (in a private 0700 directory; the peer must be the same user), sends one JSON
+line ``{"op": "fork", "env", "argv", "cwd", "log", "owner"}`` and gets ``{"pid": P}``, later
+``{"event": "exit", "status": S}`` when the child ended (S as ``Popen.returncode``). The connection
+key never travels here: the child reads the agent's 0600 connection file. ``{"op": "status"}`` answers
+what the template has loaded and whether a TensorFlow context exists (tests).
+
+The local template imports this module's fork helpers (``fork_child``, ``reset_signals``,
+``redirect_output``, ``reaped``, ``loaded_state``), so both kinds of template fork the same way; they
+must stay standard library only.
+
+Lifetimes: the template ends when the launcher closes its channel (stdin EOF) or stops pinging it
+(a silently dead network). Its children do not die with it: each watches its ``owner`` (the worker's
+agent, which kills the child's process group when its own channel closes) and kills its own process
+group when the owner is gone, so a killed template costs no running cell and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+
+OWNER_POLL_SECONDS = 0.5
+#: Each template's private directory: DIR_PREFIX + its pid + a random suffix, in the temp dir.
+DIR_PREFIX = "mwnotebook-template-"
+#: What a kernel imports while it initialises, loaded once here (none of it starts a thread).
+KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
+                  "IPython.core.completerlib", "tornado.platform.asyncio")
+
+
+def remove_stale_dirs() -> None:
+    """Remove the directories of this user's templates that were killed before they could."""
+    parent = tempfile.gettempdir()
+    for name in os.listdir(parent):
+        owner = name[len(DIR_PREFIX):].split("-", 1)[0]
+        path = os.path.join(parent, name)
+        if not name.startswith(DIR_PREFIX) or not owner.isdigit():
+            continue
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(owner), 0)  # raises if that template is gone
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def exit_code(status: int) -> int:
+    """A wait status as ``Popen.returncode`` (negative: killed by that signal)."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+
+
+def reaped() -> Iterator[tuple[int, int]]:
+    """``(pid, exit code)`` of each child that has ended, without waiting."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, exit_code(status)
+
+
+def fork_child(become: Callable[[], None]) -> int:
+    """Fork; the child runs ``become`` and leaves with its exit code, never returning here."""
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            become()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    return pid
+
+
+def reset_signals() -> None:
+    """In a forked child: the signal handling of a freshly started process (Ctrl-C as KeyboardInterrupt)."""
+    signal.set_wakeup_fd(-1)
+    # (Not SIGPIPE: Python ignores it from the start, so that a closed pipe is an exception.)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def redirect_output(log_path: str) -> None:
+    """stdin from /dev/null, stdout and stderr appended to ``log_path`` (0600)."""
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    os.close(null_fd)
+
+
+def loaded_state() -> dict:
+    """Modules loaded and whether TensorFlow's eager context exists (reading it creates nothing)."""
+    context = sys.modules.get("tensorflow.python.eager.context")
+    created = getattr(context, "_context", None) if context is not None else None
+    return {
+        "tensorflow_imported": "tensorflow" in sys.modules,
+        "tf_keras_imported": "tf_keras" in sys.modules,
+        "context_created": created is not None,
+        "context_initialized": bool(created is not None and getattr(created, "_initialized", False)),
+        "threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None,
+        "pid": os.getpid(),
+    }
+
+
+def preload(names: list) -> str:
+    """Import TensorFlow (and the rest of ``names``) and the kernel's modules; '' or what failed."""
+    problems = []
+    for name in names:
+        if name == "tf_keras" and os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+            continue
+        try:
+            __import__(name)
+        except Exception as exc:
+            problems.append(f"{name}: {type(exc).__name__}: {exc}")
+    for name in KERNEL_MODULES:
+        try:
+            __import__(name)
+        except Exception:
+            if name == "ipykernel.kernelapp":
+                raise
+    return "; ".join(problems)
+
+
+class Template:
+    """The fork server: the launcher's channel (stdin, for EOF and pings) and a unix socket."""
+
+    def __init__(self, send: Callable[..., None], silence_limit: float) -> None:
+        self.send = send
+        self.silence_limit = silence_limit
+        remove_stale_dirs()
+        self.dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")  # mode 0700
+        self.path = os.path.join(self.dir, "fork.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(64)
+        self.clients: dict = {}  # fd -> [socket, buffer]
+        self.children: dict = {}  # pid -> socket of the agent that asked (None once it went away)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._stdin = b""
+
+    def serve(self) -> None:
+        signal.set_wakeup_fd(self._wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the poll below
+        poller = select.poll()
+        for fd in (0, self.listener.fileno(), self._wake_r):
+            poller.register(fd, select.POLLIN)
+        last_heard = time.monotonic()
+        while True:
+            events = poller.poll(1000)
+            self._reap()
+            for fd, _ in events:
+                if fd == 0:
+                    data = os.read(0, 4096)
+                    if not data:
+                        return  # the launcher closed the channel, or the connection dropped
+                    last_heard = time.monotonic()
+                elif fd == self._wake_r:
+                    os.read(self._wake_r, 512)
+                elif fd == self.listener.fileno():
+                    self._accept(poller)
+                elif fd in self.clients:
+                    self._read_client(fd, poller)
+            if self.silence_limit and time.monotonic() - last_heard > self.silence_limit:
+                sys.stderr.write(f"mwnotebook template: no word from the notebook for {self.silence_limit:g} s\n")
+                return
+
+    def _accept(self, poller: select.poll) -> None:
+        conn, _ = self.listener.accept()
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", creds)[1] != os.geteuid():
+            conn.close()  # only this user's agents (the directory is 0700 too)
+            return
+        self.clients[conn.fileno()] = [conn, b""]
+        poller.register(conn.fileno(), select.POLLIN)
+
+    def _drop(self, fd: int, poller: select.poll) -> None:
+        conn = self.clients.pop(fd)[0]
+        poller.unregister(fd)
+        for pid, owner in self.children.items():
+            if owner is conn:
+                self.children[pid] = None
+        conn.close()
+
+    def _read_client(self, fd: int, poller: select.poll) -> None:
+        entry = self.clients[fd]
+        try:
+            data = entry[0].recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(fd, poller)
+            return
+        entry[1] += data
+        while b"\n" in entry[1]:
+            line, entry[1] = entry[1].split(b"\n", 1)
+            reply = self._handle(json.loads(line), entry[0])
+            try:
+                entry[0].sendall(json.dumps(reply).encode() + b"\n")
+            except OSError:
+                pass
+
+    def _handle(self, request: dict, conn: socket.socket) -> dict:
+        op = request.get("op")
+        try:
+            if op == "fork":
+                pid = self._fork(request)
+                self.children[pid] = conn
+                return {"pid": pid}
+            if op == "status":
+                return loaded_state()
+            return {"error": f"unknown request {op!r}"}
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    def _reap(self) -> None:
+        for pid, code in reaped() if self.children else ():
+            conn = self.children.pop(pid, None)
+            if conn is not None:
+                try:
+                    conn.sendall(json.dumps({"event": "exit", "status": code}).encode() + b"\n")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        for conn, _ in self.clients.values():
+            conn.close()
+        self.listener.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ fork
+    def _fork(self, request: dict) -> int:
+        return fork_child(lambda: self._become_kernel(request))
+
+    def _become_kernel(self, request: dict) -> None:
+        """In the child: shed the template, take the worker's environment, run ipykernel."""
+        os.setsid()  # its own process group, as the agent's Popen(start_new_session=True) gives
+        reset_signals()
+        for conn, _ in self.clients.values():
+            conn.close()
+        self.listener.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        redirect_output(request["log"])  # also closes the SSH channel's stdin/stdout/stderr here
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+        cwd = request.get("cwd")
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:  # siblings would share the template's numpy random state
+            numpy.random.seed()
+        _watch_owner(int(request["owner"]))
+        argv = [str(a) for a in request["argv"]]
+        sys.argv = ["ipykernel_launcher", *argv]
+        from ipykernel import kernelapp
+
+        kernelapp.launch_new_instance(argv)
+
+
+def _owner_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
+
+
+def _watch_owner(owner: int) -> None:
+    """End this kernel (its whole process group) when the agent that asked for it is gone."""
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(owner)  # Python >= 3.9, Linux >= 5.3
+    except ProcessLookupError:
+        os.killpg(0, signal.SIGKILL)
+    except (AttributeError, OSError):
+        pass
+
+    def watch() -> None:
+        while True:
+            if pidfd is not None:
+                select.select([pidfd], [], [])
+            else:
+                time.sleep(OWNER_POLL_SECONDS)
+                if not _owner_gone(owner):
+                    continue
+            os.killpg(0, signal.SIGKILL)
+
+    if pidfd is None and _owner_gone(owner):
+        os.killpg(0, signal.SIGKILL)
+    threading.Thread(target=watch, name="mwnotebook-owner-watch", daemon=True).start()
+
+
+def run(config: dict, send: Callable[..., None], silence_limit: float) -> int:
+    """The template role: load, report ``ready`` (with the socket's path), serve until stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for kernels
+    # What TensorFlow reads while it loads must be set before it loads (the launcher keeps one
+    # template per distinct set); what differs per worker is set in each child.
+    os.environ.update({str(k): str(v) for k, v in config.get("env", {}).items()})
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]  # as ipykernel_launcher does while it loads; the kernel puts it back
+    template = Template(send, silence_limit)
+    try:
+        problem = preload(list(config.get("preload", [])))
+        send("ready", socket=template.path, problem=problem, python=sys.executable, **loaded_state())
+        template.serve()
+    finally:
+        template.close()
+    return 0
