@@ -16,9 +16,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.connect import KernelConnectionInfo
 
 from mwnotebook.engine.late_output import LateOrigin, LateOutput
 from mwnotebook.errors import ClusterStartError
@@ -114,7 +115,7 @@ class Worker:
         self.env = env
         self._init_iopub_routing(late)
         self.client = AsyncKernelClient()
-        self.client.load_connection_info(handle.connection_info)
+        self.client.load_connection_info(cast(KernelConnectionInfo, handle.connection_info))
         # One request at a time: concurrent readers of the same ZMQ sockets would steal each
         # other's messages.
         self._busy = asyncio.Lock()

@@ -188,7 +188,8 @@ class MWMagics(Magics):
         self.session.last_result = result
         # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
         # mw_result.metrics_frame(), mw_result.stdout(i).
-        self.shell.user_ns["mw_result"] = result
+        if self.shell is not None:
+            self.shell.user_ns["mw_result"] = result
 
     @line_magic
     def mwcluster(self, line: str) -> None:
@@ -200,22 +201,22 @@ class MWMagics(Magics):
                 print(f"mwnotebook: starting {cluster.spec.workers} workers in the background; the next "
                       "%%mwtrain with the same options uses them")
             return
-        cluster = self.session.cluster
+        running = self.session.cluster
         if ns.action == "stop":
             self.session.stop()
             print("mwnotebook: all workers stopped")
-        elif cluster is None:
+        elif running is None:
             print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
         elif ns.action == "status":
-            publish_display_data(status_bundle(cluster.status(), cluster.devices()))
-            job = cluster.scheduler_status()
+            publish_display_data(status_bundle(running.status(), running.devices()))
+            job = running.scheduler_status()
             if job:
                 print(f"mwnotebook: Slurm job {job['job_id']} ({job['state']}) on {', '.join(job['nodes']) or '-'}")
         elif ns.action == "stacks":
-            print(cluster.stacks().text())
+            print(running.stacks().text())
         elif ns.action == "restart":
-            cluster.restart()
-            print(f"mwnotebook: restarted {cluster.spec.workers} workers")
+            running.restart()
+            print(f"mwnotebook: restarted {running.spec.workers} workers")
 
 
 def _output_sink(shell: Any, num_workers: int, show_startup: bool, clears: bool = False) -> EventSink:

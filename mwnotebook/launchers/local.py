@@ -352,7 +352,7 @@ class LocalLauncher:
         cmd = await self._exec_prefix() + cmd
         with open(log_path, "wb") as log_file:
             process = await asyncio.to_thread(
-                launch_kernel, cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                launch_kernel, cmd, stdin=subprocess.DEVNULL, stdout=log_file.fileno(), stderr=log_file.fileno(),
                 env=full_env, cwd=os.getcwd())
         log.debug("started worker %d as pid %d", index, process.pid)
         return LocalKernelHandle(index, process, dict(info), connection_file, log_path)
