@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -76,3 +77,37 @@ def test_cli_run_on_slurm_workers(slurm_env: slurm_cluster.SlurmCluster, tmp_pat
     printed = sorted(line.split("] ", 1)[1].split() for line in done.stdout.splitlines() if line.startswith("[worker"))
     assert len(printed) == 2 and printed[0][1] == printed[1][1], done.stdout
     assert [(p[0], p[2]) for p in printed] == [("mwnode0", "0"), ("mwnode1", "1")]
+
+
+def test_ctrl_c_in_a_notebook_while_the_job_is_pending(slurm_env: slurm_cluster.SlurmCluster) -> None:
+    """The user's Ctrl-C (JupyterLab's interrupt button: SIGINT to the notebook kernel) while the
+    cell waits in Slurm's queue: the cell ends at once with KeyboardInterrupt, our pending job is
+    withdrawn, another user's job is untouched, and the notebook kernel runs the next cell."""
+    from jupyter_client.manager import start_new_kernel
+
+    busy = slurm_env.run("salloc", "--no-shell", "-N", "2", "--exclusive")
+    blocker = busy.stderr.split("allocation")[-1].split()[0]
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60, cwd=str(ROOT))
+    try:
+        kc.execute_interactive("%load_ext mwnotebook", timeout=60)
+        msg_id = kc.execute('%%mwtrain --slurm "-N 2" --workers 2 --timeout 300\nprint("ran")')
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(slurm_env.jobs()) < 2:
+            time.sleep(0.2)
+        assert len(slurm_env.jobs()) == 2, "our job never reached the queue"
+        interrupted = time.monotonic()
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=120)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kc.get_shell_msg(timeout=120)
+        waited = time.monotonic() - interrupted
+        assert reply["content"]["status"] == "error", reply["content"]
+        assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+        assert waited < 60, f"the cell ended {waited:.0f} s after Ctrl-C (the timeout is 300 s)"
+        assert slurm_env.jobs() == [blocker]  # ours withdrawn, the other job untouched
+        after = kc.execute_interactive("print(6 * 7)", timeout=60)
+        assert after["content"]["status"] == "ok"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        slurm_env.run("scancel", blocker, check=False)
