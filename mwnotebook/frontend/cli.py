@@ -11,28 +11,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import html
 import logging
-import re
 import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
 from mwnotebook.config.options import add_cluster_arguments, seconds, spec_from_options
 from mwnotebook.engine.late_output import LateItem, LateOrigin
 from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError, render_failures
+from mwnotebook.frontend.run_report import render_report
 from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 DESCRIPTION = """\
 Run a TensorFlow MultiWorkerMirroredStrategy script on N worker processes, each with its own
@@ -215,72 +212,11 @@ class RunObserver:
                 self.errors[failure.worker] = failure.headline()
 
 
-def _plain(text: str, keep_color: bool) -> str:
-    return text if keep_color else _ANSI.sub("", text)
-
-
 def describe_failure(exc: ClusterRunError, keep_color: bool = False) -> str:
     """Which worker failed and its traceback first, then what happened to the others."""
     if not exc.failures:
         return f"mwnotebook: {exc}"
     return "\n".join(render_failures(exc.failures, terminal=True, color=keep_color))
-
-
-# --------------------------------------------------------------------------- HTML report
-
-def _figures_html(observer: RunObserver) -> str:
-    store = observer.metrics
-    local = sorted({name for name in store.metric_names() if not name.startswith("global_")},
-                   key=lambda n: (n != "loss", n))
-    if not local and not store.metric_names():
-        return ('<p class="none">No metrics were reported, so there are no curves. Report them from the '
-                "script with <code>mw.report(step=i, loss=...)</code> or the Keras callback.</p>")
-    import plotly.io as pio  # only when there is something to draw
-
-    from mwnotebook.dashboard import per_worker_figure
-
-    names = local or [n[len("global_"):] for n in store.metric_names()]
-    return "\n".join(pio.to_html(per_worker_figure(store, metric, observer.workers), include_plotlyjs=(number == 0),
-                                 full_html=False)
-                     for number, metric in enumerate(names))
-
-
-def render_report(script: str, observer: RunObserver, verdict: str, elapsed: float,
-                  failure_text: str = "") -> str:
-    """A self-contained HTML page: curves (plotly.js inlined), worker status and output."""
-    esc = html.escape
-    rows = "\n".join(
-        f"<tr><td>{i}</td><td class='{esc(observer.states[i])}'>{esc(observer.states[i])}</td>"
-        f"<td>{esc(observer.errors[i])}</td></tr>" for i in range(observer.workers))
-    outputs = "\n".join(
-        f"<details open><summary>worker {i} output</summary><pre>"
-        f"{esc(_plain(''.join(observer.output[i]), False)) or '(no output)'}</pre></details>"
-        for i in range(observer.workers))
-    failure = f"<h2>Failure</h2><pre class='failure'>{esc(failure_text)}</pre>" if failure_text else ""
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>mwnotebook run: {esc(script)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3em .8em; }}
-pre {{ background: #f6f6f6; padding: .8em; overflow-x: auto; max-height: 30em; }}
-.failed {{ color: #b00; font-weight: bold; }} .done {{ color: #070; }} .failure {{ color: #b00; }}
-.none {{ font-style: italic; }}
-</style></head><body>
-<h1>mwnotebook run: {esc(script)}</h1>
-<p>{observer.workers} workers &middot; {esc(verdict)} &middot; {elapsed:.1f} s &middot; finished {when}</p>
-<h2>Loss curves</h2>
-{_figures_html(observer)}
-<h2>Workers</h2>
-<table><tr><th>worker</th><th>state</th><th>error</th></tr>
-{rows}
-</table>
-{failure}
-<h2>Output</h2>
-{outputs}
-</body></html>
-"""
 
 
 # --------------------------------------------------------------------------- commands

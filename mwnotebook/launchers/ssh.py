@@ -27,7 +27,6 @@ never on a command line.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 import time
@@ -44,7 +43,8 @@ from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.agent_events import gather_port_holders
 from mwnotebook.launchers.remote_templates import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.ssh_channel import Agent, agent_error
-from mwnotebook.launchers.ssh_connect import SSHConnectError, SSHConnection, loss_reason, open_connection
+from mwnotebook.launchers.ssh_connect import SSHConnectError, SSHConnection, open_connection
+from mwnotebook.launchers.ssh_handle import SSHKernelHandle
 from mwnotebook.launchers.template import templates_disabled
 
 __all__ = ["SSHLauncher", "SSHKernelHandle", "parse_tf_address"]
@@ -101,90 +101,6 @@ def parse_tf_address(value: str | None, placement: Sequence[HostSpec]) -> dict[s
         for target in matches:
             result[target] = addr
     return result
-
-
-class SSHKernelHandle:
-    """A kernel on a remote host, reached through SSH port forwards (see the module docstring)."""
-
-    def __init__(self, index: int, spec: HostSpec, agent: Agent, pid: int,
-                 listeners: list[asyncssh.SSHListener], connection_info: dict[str, Any],
-                 conn: asyncssh.SSHClientConnection | None = None, keepalive_seconds: float = 0) -> None:
-        self.index = index
-        self._conn = conn
-        self._keepalive_seconds = keepalive_seconds
-        self.host = spec.target
-        self._agent = agent
-        self._pid = pid
-        self._listeners = listeners
-        self._connection_info = connection_info
-        self._exit = ""
-        self._log_tail = ""
-        #: The kernel's private directory on its host (connection file, log); gone after kill().
-        self.remote_dir = ""
-        self._ended = asyncio.Event()
-        self._watch = asyncio.ensure_future(self._watch_agent())
-
-    @property
-    def connection_info(self) -> dict[str, Any]:
-        return dict(self._connection_info)
-
-    @property
-    def pid(self) -> int | None:
-        """The kernel's process id on its own host."""
-        return self._pid
-
-    async def _watch_agent(self) -> None:
-        try:
-            while (event := await self._agent.next_event()) is not None:
-                if event.get("event") == "exit":
-                    self._exit = str(event.get("description", "exited"))
-                    self._log_tail = str(event.get("log", ""))
-                    break
-        except Exception:  # the channel broke: treated like a closed one below
-            log.debug("agent channel for worker %d on %s failed", self.index, self.host,
-                      exc_info=True)
-        finally:
-            if not self._exit:
-                self._exit = self._lost_description()
-            self._ended.set()
-
-    def _lost_description(self) -> str:
-        """Why the kernel is gone when its agent's channel closed without an exit event."""
-        reason = loss_reason(self._conn, self._keepalive_seconds) if self._conn else ""
-        return f"lost the SSH connection to {self.host}" + (f": {reason}" if reason else "")
-
-    async def is_alive(self) -> bool:
-        return not self._ended.is_set()
-
-    def exit_description(self) -> str:
-        return self._exit if self._ended.is_set() else ""
-
-    def log_tail(self, lines: int = 20) -> str:
-        """The end of the kernel's own output when it died by itself (empty otherwise)."""
-        return "".join(self._log_tail.splitlines(keepends=True)[-lines:])
-
-    async def wait(self) -> None:
-        """Until the kernel has ended (for tests and watchers)."""
-        await self._ended.wait()
-
-    async def interrupt(self) -> None:
-        if not self._ended.is_set():
-            self._agent.send("interrupt")
-
-    async def kill(self) -> None:
-        if not self._ended.is_set():
-            self._agent.send("kill")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._ended.wait()), 5)
-        await self._agent.close()  # stdin EOF: the agent kills anything still running
-        for listener in self._listeners:
-            listener.close()
-        self._listeners.clear()
-        if not self._watch.done():
-            self._watch.cancel()
-        self._ended.set()
-        if not self._exit:
-            self._exit = "killed"
 
 
 class SSHLauncher:
