@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
 from mwnotebook.engine.connection import ExecutionOutcome, MessageCallback
 from mwnotebook.engine.diagnose import diagnose, is_consequential
-from mwnotebook.engine.relay import events_from_iopub
+from mwnotebook.engine.iopub_events import events_from_iopub
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport, dump_stacks
 from mwnotebook.engine.stacks import attach as attach_stacks

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from mwnotebook.shared.events import METRICS_MIME, Event, WorkerMetrics, WorkerOutput
+from mwnotebook.shared.events import Event, WorkerOutput
 
 DisplayFn = Callable[[dict[str, Any], dict[str, Any]], None]
 
@@ -51,20 +51,6 @@ def is_startup_chatter(line: str) -> bool:
 
 def show_startup_default() -> bool:
     return os.environ.get("MWNOTEBOOK_SHOW_TF_STARTUP", "").strip().lower() in ("1", "true", "yes")
-
-
-def events_from_iopub(worker: int, msg: dict[str, Any]) -> list[Event]:
-    """Turn one IOPub output message of ``worker`` into events.
-
-    A ``display_data`` carrying :data:`METRICS_MIME` is metrics, never shown as output.
-    """
-    msg_type = msg["msg_type"]
-    content = msg.get("content", {})
-    if msg_type == "display_data" and METRICS_MIME in content.get("data", {}):
-        payload = content["data"][METRICS_MIME] or {}
-        records = tuple(dict(r, worker=worker) for r in payload.get("records", ()))
-        return [WorkerMetrics(worker=worker, records=records)] if records else []
-    return [WorkerOutput(worker=worker, msg_type=msg_type, content=content)]
 
 
 def worker_label(worker: int) -> str:

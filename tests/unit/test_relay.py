@@ -2,7 +2,8 @@
 
 import io
 
-from mwnotebook.engine.relay import LineLabeller, TextRelay, events_from_iopub
+from mwnotebook.engine.iopub_events import events_from_iopub
+from mwnotebook.engine.relay import LineLabeller, TextRelay
 from mwnotebook.shared.events import METRICS_MIME, WorkerMetrics, WorkerOutput
 
 
