@@ -139,7 +139,7 @@ def loop_seconds(stdout: str) -> float:
 
 def worker_processes(notebook: psutil.Process) -> list[psutil.Process]:
     return [p for p in notebook.children(recursive=True)
-            if "mwnotebook.launchers.entry.worker_kernel" in " ".join(p.cmdline())]
+            if "mwnotebook.processes.worker_kernel" in " ".join(p.cmdline())]
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> float:

@@ -15,7 +15,7 @@ from _common import SEED_CODE, SEED_LINE
 
 from mwnotebook import Cluster
 from mwnotebook.engine.loop import background_loop
-from mwnotebook.launchers.local import prestart_template
+from mwnotebook.launchers.local.launcher import prestart_template
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ def timed(kc, code: str) -> float:
 def measure(kc, workers: int, repeats: int) -> dict[str, float]:
     magic = f"%%mwtrain --workers {workers} --cpu\npass"
     timed(kc, magic)  # start the workers (and the security notice, once)
-    timed(kc, "from mwnotebook.frontend import magics as _mw_magics\n"
+    timed(kc, "from mwnotebook.frontend.notebook import magics as _mw_magics\n"
               "mw_cluster = _mw_magics._magics.session.cluster")
     for _ in range(3):  # warm both paths
         timed(kc, magic)

@@ -79,12 +79,12 @@ def load_ipython_extension(ipython: Any) -> None:
         raise RuntimeError(
             "mwnotebook: this kernel is a %%mwtrain worker; %load_ext mwnotebook and %%mwtrain only "
             "work in the notebook's own kernel (run the %%mwtrain cell there, not inside one)")
-    from mwnotebook.frontend.magics import register
+    from mwnotebook.frontend.notebook.magics import register
 
     register(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from mwnotebook.frontend.magics import unregister
+    from mwnotebook.frontend.notebook.magics import unregister
 
     unregister(ipython)

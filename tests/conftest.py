@@ -7,7 +7,7 @@ import time
 import psutil
 import pytest
 
-WORKER_MODULES = ("mwnotebook.launchers.entry.worker_kernel",)
+WORKER_MODULES = ("mwnotebook.processes.worker_kernel",)
 
 
 def is_worker(proc: psutil.Process, modules: tuple[str, ...] = WORKER_MODULES) -> bool:

@@ -119,3 +119,28 @@ def worker_hosts(
             "drop --workers, or change the '*N' counts / --workers-per-host"
         )
     return placement
+
+
+def parse_tf_address(value: str | None, placement: Sequence[HostSpec]) -> dict[str, str]:
+    """``--tf-address``: ``ADDR`` (one host only) or ``host=ADDR,host2=ADDR2``, keyed by the host
+    as written in ``--hosts`` (with or without ``user@``/``:port``)."""
+    if not value:
+        return {}
+    targets = {spec.target: spec for spec in placement}
+    if "=" not in value:
+        if len({spec.key for spec in placement}) > 1:
+            raise ConfigError(
+                f"--tf-address {value} names one address but the workers are on several hosts; "
+                "write host=address pairs, e.g. --tf-address a=10.0.0.1,b=10.0.0.2"
+            )
+        return {spec.target: value.strip() for spec in placement}
+    result: dict[str, str] = {}
+    for pair in value.split(","):
+        name, _, addr = pair.partition("=")
+        name, addr = name.strip(), addr.strip()
+        matches = [t for t, s in targets.items() if name in (t, s.host)]
+        if not matches or not addr:
+            raise ConfigError(f"--tf-address {pair!r}: {name!r} is not one of the --hosts")
+        for target in matches:
+            result[target] = addr
+    return result

@@ -55,7 +55,7 @@ class ClusterSpec:
     # %%mwtrain of the same topology, and vice versa.
     preload: bool = field(default=False, compare=False)
     network: str = "auto"
-    # Fork local workers from a TensorFlow-imported template (launchers/template.py); the workers
+    # Fork local workers from a TensorFlow-imported template (launchers/local/template_pool.py); the workers
     # are the same either way.
     template: bool = field(default=True, compare=False)
     startup_timeout: float = field(default=60.0, compare=False)
@@ -121,7 +121,7 @@ class ClusterSpec:
             raise ConfigError("--network private applies to local workers only; remote hosts use their own "
                               "networks (see notebooks/04_remote_hosts.ipynb for firewalling TF's ports)")
         if self.uses_slurm or self.slurm_login is not None:
-            from mwnotebook.config.slurm import check_slurm_spec
+            from mwnotebook.config.slurm_options import check_slurm_spec
 
             check_slurm_spec(self)
         if not self.startup_timeout > 0:

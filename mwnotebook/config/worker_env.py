@@ -92,7 +92,7 @@ def worker_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping
     """The variables each worker gets on top of its launcher's base environment.
 
     The one rule: the cluster hands these to its launcher (engine/async_cluster.py) and export
-    writes them into the launch scripts (frontend/export.py), so a job runs with what the notebook's
+    writes them into the launch scripts (export/scripts.py), so a job runs with what the notebook's
     workers had. ``addresses`` are the workers' TF server addresses (TF_CONFIG's cluster list);
     ``environ`` is the notebook's environment (default ``os.environ``: its
     ``CUDA_VISIBLE_DEVICES`` is what local workers share out) and ``gpu_count`` the machine's

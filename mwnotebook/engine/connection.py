@@ -62,9 +62,9 @@ class ExecutionOutcome:
 DRAIN_QUIET_SECONDS = 3.0
 #: After ``idle``, how long the execute_reply may take before it is counted as lost.
 REPLY_AFTER_IDLE_SECONDS = 10.0
-#: The user expression through which a worker reports how much it wrote (mwnotebook/launchers/entry/runtime/output.py).
+#: The user expression through which a worker reports how much it wrote (mwnotebook/processes/runtime/output.py).
 OUTPUT_COUNT_KEY = "_mw_output_written"
-OUTPUT_COUNT_EXPRESSION = "__import__('mwnotebook.launchers.entry.runtime.output', fromlist=['written']).written()"
+OUTPUT_COUNT_EXPRESSION = "__import__('mwnotebook.processes.runtime.output', fromlist=['written']).written()"
 
 
 def output_log_dir() -> str:

@@ -1,7 +1,7 @@
 """Where is each worker right now? Every thread's Python stack, main thread first, taken while the
 worker's main thread may be blocked in native code (a TensorFlow collective).
 
-The worker registered ``faulthandler`` on SIGUSR2 (mwnotebook/launchers/entry/runtime/stacks.py): a C signal
+The worker registered ``faulthandler`` on SIGUSR2 (mwnotebook/processes/runtime/stack_signal.py): a C signal
 handler writes all stacks to a file beside its connection file without needing the blocked thread.
 Only local workers can be asked this way (the file and the signal are on this machine).
 
@@ -35,7 +35,7 @@ class StackWorker(Protocol):
     def index(self) -> int: ...
 
 STACKS_SIGNAL = signal.SIGUSR2
-SUFFIX = ".stacks"  # mwnotebook/launchers/entry/runtime/stacks.py
+SUFFIX = ".stacks"  # mwnotebook/processes/runtime/stack_signal.py
 MAIN_THREAD_TAG = "mwnotebook-main-thread"
 DUMP_TIMEOUT_SECONDS = 3.0
 

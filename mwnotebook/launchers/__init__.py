@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mwnotebook.launchers.base import KernelHandle, Launcher
-from mwnotebook.launchers.local import LocalLauncher
+from mwnotebook.launchers.local.launcher import LocalLauncher
 
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
@@ -16,11 +16,13 @@ __all__ = ["KernelHandle", "Launcher", "LocalLauncher", "make_launcher"]
 def make_launcher(spec: ClusterSpec) -> Launcher:
     """The launcher a spec asks for: SSH when it names hosts, local otherwise."""
     if getattr(spec, "uses_slurm", False):
-        from mwnotebook.launchers.slurm import SlurmLauncher  # lazily: only Slurm users need it
+        from mwnotebook.launchers.slurm.launcher import SlurmLauncher  # lazily: only Slurm users need it
 
         return SlurmLauncher.from_spec(spec)
     if spec.hosts:
-        from mwnotebook.launchers.ssh import SSHLauncher  # imported lazily: asyncssh is only needed for remote hosts
+        from mwnotebook.launchers.ssh.launcher import (
+            SSHLauncher,  # imported lazily: asyncssh is only needed for remote hosts
+        )
 
         return SSHLauncher.from_spec(spec)
     # The environment all workers share decides which worker template can fork them (TF_CONFIG and

@@ -1,6 +1,6 @@
 """``mw.keras_callback()``: a Keras callback that sends ``model.fit``'s metrics to the live chart.
 
-Added to every ``model.fit`` in a worker by itself (``launchers/entry/worker_hooks.py``) unless
+Added to every ``model.fit`` in a worker by itself (``processes/worker_hooks.py``) unless
 the call has one or the switch is off.
 """
 
@@ -18,7 +18,7 @@ from mwnotebook.worker._values import _Lazy, _tf, _to_number
 log = logging.getLogger(__name__)
 
 #: Set on a model whose tf_keras step functions already give global metric values per batch
-#: (by the worker's hook, mwnotebook/launchers/entry/runtime/keras_global_logs.py).
+#: (by the worker's hook, mwnotebook/processes/runtime/keras_global_logs.py).
 GLOBAL_LOGS_ATTR = "_mwnotebook_global_logs"
 
 
@@ -80,7 +80,7 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
 
     Under ``MultiWorkerMirroredStrategy`` (tf_keras), a worker's hook makes the batch-end ``logs``
     every callback gets the global value of each metric (see
-    ``mwnotebook/launchers/entry/runtime/keras_global_logs.py``). With that hook off
+    ``mwnotebook/processes/runtime/keras_global_logs.py``). With that hook off
     (``mw.auto_keras_callback(False)``) they are N times the global value -- each replica already
     holds the global value and Keras sums them -- so this callback divides them by N. It reports:
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from mwnotebook import Cluster, ClusterTimeoutError, WorkerDiedError, WorkerError
-from mwnotebook.engine.relay import TextRelay
+from mwnotebook.frontend.text.relay import TextRelay
 
 from ..conftest import wait_for_no_workers, worker_processes
 
@@ -192,7 +192,7 @@ def test_runtime_dirs_of_dead_notebooks_are_swept(tmp_path):
     import subprocess
     import sys
 
-    from mwnotebook.launchers.local import RUNTIME_PREFIX, remove_stale_runtime_dirs
+    from mwnotebook.launchers.local.launcher import RUNTIME_PREFIX, remove_stale_runtime_dirs
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -49,7 +49,7 @@ def test_mwnotebook_run_prints_a_threads_late_output_labelled(tmp_path):
     script = tmp_path / "late.py"
     script.write_text(LATE.replace("DELAY", "2.5").replace("DAEMON", "False"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "mwnotebook.frontend.cli", "run", "--workers", "2", "--no-report",
+    done = subprocess.run([sys.executable, "-m", "mwnotebook.frontend.cli.command", "run", "--workers", "2", "--no-report",
                            str(script)], capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     for w in (0, 1):

@@ -33,12 +33,12 @@ DATA = ROOT / "tests" / "data"
 HERE = pathlib.Path(__file__).resolve().parent
 SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
 #: Processes mwnotebook starts: worker kernels and the holders of private network namespaces.
-MW_MODULES = ("mwnotebook.launchers.entry.worker_kernel", "mwnotebook.launchers.entry.netns_holder",
-              "mwnotebook.launchers.entry.worker_template")
-WORKER_KERNELS = ("mwnotebook.launchers.entry.worker_kernel",)
+MW_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.netns_holder",
+              "mwnotebook.processes.worker_template")
+WORKER_KERNELS = ("mwnotebook.processes.worker_kernel",)
 #: What one cluster starts and must end when it stops. The worker template (in MW_MODULES) is not
 #: one cluster's: it serves every cluster of its process and ends with that process.
-CLUSTER_MODULES = ("mwnotebook.launchers.entry.worker_kernel", "mwnotebook.launchers.entry.netns_holder")
+CLUSTER_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.netns_holder")
 
 #: A tf_keras ``fit`` that would run for hours; each worker drops a stamp file at batch 5 (training is
 #: really under way), and ``{fault}`` runs in the same callback.

@@ -148,7 +148,7 @@ def _netns(pids: set[int]) -> set[str]:
 def _tf_ports(nb) -> set[int]:
     """The TF ports of a notebook's workers, as its cluster handed them out (a forked worker's
     /proc/PID/environ shows its template's start-up environment, not the TF_CONFIG it was given)."""
-    code = ("import json\nfrom mwnotebook.frontend import magics as _m\n"
+    code = ("import json\nfrom mwnotebook.frontend.notebook import magics as _m\n"
             "print('PORTS', json.dumps([c['cluster']['worker'][c['task']['index']] "
             "for c in _m._magics.session.cluster.tf_configs]))")
     _, out, _ = nb.execute(code, timeout=30)

@@ -2,7 +2,7 @@
 
 Every MultiWorkerMirroredStrategy used to start its collective group keys at 1, so a rerun's new
 strategy shared group keys with the previous one in the same process (about 1 rerun in 40-80 hung
-or aborted). The workers now give each strategy a fresh key range (mwnotebook/launchers/entry/runtime/collective_keys.py)
+or aborted). The workers now give each strategy a fresh key range (mwnotebook/processes/runtime/collective_keys.py)
 and the cells below are the user's, unchanged: the seed's custom loop and a tf_keras ``fit`` that
 rebuilds strategy and model. Each rerun runs under a timeout, so a hang fails the test instead of
 holding it.

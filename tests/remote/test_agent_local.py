@@ -1,4 +1,4 @@
-"""The remote agent (launchers/entry/remote_agent.py) driven directly over pipes, without SSH or root: the same
+"""The remote agent (processes/shipped/remote_agent.py) driven directly over pipes, without SSH or root: the same
 bootstrap, the same stdin protocol. Runs wherever Python and ipykernel do."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from mwnotebook.launchers.entry import remote_agent, remote_template
-from mwnotebook.launchers.entry.remote_agent import BOOTSTRAP
+from mwnotebook.processes.shipped import remote_agent, remote_template
+from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -1,5 +1,5 @@
-"""Remote workers forked from their host's worker template (launchers/remote_templates.py,
-launchers/entry/remote_template.py) on two real sshd test hosts: one cluster shared by the tests of
+"""Remote workers forked from their host's worker template (launchers/remote/template_pool.py,
+processes/shipped/remote_template.py) on two real sshd test hosts: one cluster shared by the tests of
 this module, in order (the last one kills a template)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook import Cluster, ClusterSpec, WorkerDiedError
-from mwnotebook.launchers.ssh import SSHLauncher
+from mwnotebook.launchers.ssh.launcher import SSHLauncher
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -99,7 +99,7 @@ def test_a_killed_template_falls_back_to_fresh_workers_with_a_notice(
     h0, h1 = test_net.hosts
     templates = templates_by_host(cluster)
     running = [s.pid for s in cluster.status()]
-    with caplog.at_level(logging.WARNING, logger="mwnotebook.launchers.remote_templates"):
+    with caplog.at_level(logging.WARNING, logger="mwnotebook.launchers.remote.template_pool"):
         os.kill(templates[h0.alias].pid, signal.SIGKILL)
         # Its running worker is not affected.
         again = cluster.run("print('still here', flush=True)")

@@ -14,16 +14,16 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from mwnotebook.launchers.ssh_config import (
+from mwnotebook.launchers.ssh.config import (
     expand_tokens,
     home_directory,
     parse_ssh_g,
     resolve_target,
     target_from_options,
 )
-from mwnotebook.launchers.ssh_config_fallback import fallback_options
-from mwnotebook.launchers.ssh_connect import _split_hop
-from mwnotebook.launchers.ssh_known_hosts import (
+from mwnotebook.launchers.ssh.config_fallback import fallback_options
+from mwnotebook.launchers.ssh.connect import _split_hop
+from mwnotebook.launchers.ssh.known_hosts import (
     HostKeyCheck,
     known_hosts_line,
     pattern_matches,

@@ -23,7 +23,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from mwnotebook.config.tf_config import tf_config_json
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle, Launcher
-from mwnotebook.launchers.ssh import SSHKernelHandle, SSHLauncher
+from mwnotebook.launchers.ssh.launcher import SSHKernelHandle, SSHLauncher
 
 pytestmark = [pytest.mark.remote, pytest.mark.integration, pytest.mark.timeout(180)]
 

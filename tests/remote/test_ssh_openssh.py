@@ -19,7 +19,7 @@ import netns_hosts
 import pytest
 
 from mwnotebook.config.hosts import HostSpec
-from mwnotebook.launchers.ssh_connect import SSHConnectError, open_connection
+from mwnotebook.launchers.ssh.connect import SSHConnectError, open_connection
 
 pytestmark = [pytest.mark.remote, pytest.mark.integration, pytest.mark.timeout(120)]
 

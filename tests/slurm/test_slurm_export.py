@@ -11,7 +11,7 @@ import slurm_cluster
 from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.frontend.export_formats import export_format
+from mwnotebook.export.formats import export_format
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -71,7 +71,7 @@ def test_cli_run_on_slurm_workers(slurm_env: slurm_cluster.SlurmCluster, tmp_pat
     env = {**os.environ, **slurm_env.env()}
     env.pop("TF_CONFIG", None)
     done = subprocess.run(
-        [sys.executable, "-m", "mwnotebook.frontend.cli", "run", "--slurm", "-N 2", "--no-report", str(script)],
+        [sys.executable, "-m", "mwnotebook.frontend.cli.command", "run", "--slurm", "-N 2", "--no-report", str(script)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     printed = sorted(line.split("] ", 1)[1].split() for line in done.stdout.splitlines() if line.startswith("[worker"))

@@ -24,7 +24,7 @@ from seed_cell import SEED_CELL, expected_line
 from test_slurm_workers import kill_worker_mid_run
 
 from mwnotebook import Cluster
-from mwnotebook.launchers import slurm_job
+from mwnotebook.launchers.slurm import job as slurm_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

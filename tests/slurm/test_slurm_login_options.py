@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mwnotebook.config import slurm as cmd
+from mwnotebook.config import slurm_options as cmd
 from mwnotebook.config.options import add_cluster_arguments, spec_from_options
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
@@ -19,7 +19,7 @@ from mwnotebook.errors import ConfigError
 
 def test_option_makes_a_login_spec_and_launcher() -> None:
     from mwnotebook.launchers import make_launcher
-    from mwnotebook.launchers.slurm_shell import LoginSlurm
+    from mwnotebook.launchers.slurm.shell import LoginSlurm
 
     parser = argparse.ArgumentParser()
     add_cluster_arguments(parser)
@@ -33,7 +33,7 @@ def test_option_makes_a_login_spec_and_launcher() -> None:
 
 def test_inside_an_allocation_is_not_assumed_with_a_login_node(monkeypatch: pytest.MonkeyPatch) -> None:
     """SLURM_JOB_ID on the laptop says nothing about the cluster behind the login node."""
-    from mwnotebook.launchers.slurm import SlurmLauncher
+    from mwnotebook.launchers.slurm.launcher import SlurmLauncher
 
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     assert SlurmLauncher.from_spec(ClusterSpec(slurm="")).job_id == "77"

@@ -1,5 +1,5 @@
 """Slurm workers forked from their node's worker template (one job step per node, kept for the
-allocation; launchers/remote_templates.py) on the real Slurm test cluster."""
+allocation; launchers/remote/template_pool.py) on the real Slurm test cluster."""
 
 from __future__ import annotations
 

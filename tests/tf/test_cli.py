@@ -32,7 +32,7 @@ class CommandRun:
         env.pop("TF_CONFIG", None)
         # Processes this test process already had (a session-wide cluster of other tests) are not the command's.
         self.preexisting = {p.pid for p in psutil.Process().children(recursive=True)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "mwnotebook.frontend.cli", *args], cwd=cwd, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "mwnotebook.frontend.cli.command", *args], cwd=cwd, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
         self.stdout: list[tuple[float, str]] = []
         self.stderr: list[tuple[float, str]] = []

@@ -93,7 +93,7 @@ class Boom(tf.keras.callbacks.Callback):
 
 
 def test_status_shows_the_devices_tensorflow_sees_in_each_worker(tf_cluster):
-    from mwnotebook.frontend.views import status_bundle
+    from mwnotebook.frontend.notebook.views import status_bundle
 
     devices = tf_cluster.devices()
     assert [d["cuda_visible_devices"] for d in devices] == ["-1", "-1"]  # --cpu

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.frontend.export import export_cell
+from mwnotebook.export.scripts import export_cell
 
 pytestmark = pytest.mark.tf
 

@@ -2,7 +2,7 @@
 
 tf_keras hands callbacks (the ``verbose=1`` progress bar, user callbacks) and ``train_on_batch``'s
 caller N times each metric's true value per batch under a multi-worker strategy; the worker's hook
-(mwnotebook/launchers/entry/runtime/keras_global_logs.py) makes them the global value. The ground
+(mwnotebook/processes/runtime/keras_global_logs.py) makes them the global value. The ground
 truth here is computed beside the logs and independently of the hook: each metric's ``result()``
 read in cross-replica context (an all-reduce over both workers, as Keras does for ``History``).
 

@@ -19,15 +19,15 @@ import pytest
 
 from mwnotebook import Cluster, WorkerDiedError
 from mwnotebook.engine.loop import background_loop
-from mwnotebook.launchers.local import ForkedKernelHandle, LocalKernelHandle
-from mwnotebook.launchers.template import pool
+from mwnotebook.launchers.local.launcher import ForkedKernelHandle, LocalKernelHandle
+from mwnotebook.launchers.local.template_pool import pool
 
 from ..conftest import alive_workers, is_worker, wait_for_no_workers
 from .conftest import SEED_LINE
 
 pytestmark = pytest.mark.tf
 
-TEMPLATE_MODULE = "mwnotebook.launchers.entry.worker_template"
+TEMPLATE_MODULE = "mwnotebook.processes.worker_template"
 
 
 def _template_of(cluster: Cluster):
@@ -77,7 +77,7 @@ def test_template_never_starts_the_tensorflow_runtime(forked_cluster, seed_code)
 
 def test_the_context_check_detects_a_created_context():
     """The check used above fails where it should: in a process that ran one TensorFlow op."""
-    code = ("import tensorflow as tf\nfrom mwnotebook.launchers.entry.worker_template import status\n"
+    code = ("import tensorflow as tf\nfrom mwnotebook.processes.worker_template import status\n"
             "before = status()['context_created']\ntf.constant(1.0) + 1\n"
             "import json; print(json.dumps([before, status()['context_created'], status()['context_initialized']]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
@@ -162,7 +162,7 @@ def test_a_dead_template_falls_back_to_fresh_interpreters_with_a_notice(forked_c
     deadline = time.monotonic() + 10
     while template.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
-    with caplog.at_level(logging.WARNING, logger="mwnotebook.launchers.local"):
+    with caplog.at_level(logging.WARNING, logger="mwnotebook.launchers.local.launcher"):
         forked_cluster.restart()
     assert any("no worker template" in r.getMessage() for r in caplog.records)
     handles = _handles(forked_cluster)

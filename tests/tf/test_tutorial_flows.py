@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from mwnotebook.frontend.keras_choice import MISMATCH, SWITCHED, KerasChoice
+from mwnotebook.frontend.notebook.keras_choice import MISMATCH, SWITCHED, KerasChoice
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

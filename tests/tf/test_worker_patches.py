@@ -1,6 +1,6 @@
 """Every import-time patch of a worker is in place, whether the module was imported by the user's
 cell (an exec'd worker) or before the worker existed (a worker forked from a template that
-preloaded TensorFlow and tf_keras): one helper, launchers/entry/runtime/after_import.py, does both."""
+preloaded TensorFlow and tf_keras): one helper, processes/runtime/after_import.py, does both."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from mwnotebook.launchers.entry.runtime import after_import
+from mwnotebook.processes.runtime import after_import
 
 
 @pytest.fixture()

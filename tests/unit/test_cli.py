@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mwnotebook.errors import WorkerError, WorkerFailure
-from mwnotebook.frontend.cli import RunObserver, describe_failure, main, render_report
+from mwnotebook.frontend.cli.command import RunObserver, describe_failure, main, render_report
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput, WorkerStateChanged
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_train.py"

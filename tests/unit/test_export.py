@@ -16,7 +16,7 @@ import pytest
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
-from mwnotebook.frontend.export import MARKER, export_cell, launcher_source, script_source, tf_hosts
+from mwnotebook.export.scripts import MARKER, export_cell, launcher_source, script_source, tf_hosts
 
 SEED_WORKER_0 = ("TF_CONFIG='{\"cluster\":{\"worker\":[\"127.0.0.1:12345\",\"127.0.0.1:23456\"]},"
                  "\"task\":{\"type\":\"worker\",\"index\":0}}' exec python3 multiworker_train.py")

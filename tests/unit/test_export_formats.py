@@ -12,10 +12,10 @@ import jsonschema
 import pytest
 import yaml
 
-from mwnotebook.config import slurm_tf_config as stc
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
-from mwnotebook.frontend.export_formats import export_format, sbatch_lines
+from mwnotebook.export.formats import export_format, sbatch_lines
+from mwnotebook.processes.shipped import slurm_tf_config as stc
 
 CELL = "import os\nprint(os.environ['TF_CONFIG'])\n"
 
@@ -191,8 +191,8 @@ def test_launcher_outside_slurm_says_so(capsys, monkeypatch) -> None:
 
 
 def test_format_reaches_the_magic_and_the_command(tmp_path) -> None:
-    from mwnotebook.frontend.cli import main
-    from mwnotebook.frontend.magics import mwtrain_parser
+    from mwnotebook.frontend.cli.command import main
+    from mwnotebook.frontend.notebook.magics import mwtrain_parser
 
     assert mwtrain_parser().parse_args(["--export", "d", "--format", "tfjob"]).format == "tfjob"
     assert mwtrain_parser().parse_args(["--export", "d"]).format == "launchers"

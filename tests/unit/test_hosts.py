@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mwnotebook.config.hosts import HostSpec, parse_host, parse_hosts, worker_hosts
+from mwnotebook.config.hosts import HostSpec, parse_host, parse_hosts, parse_tf_address, worker_hosts
 from mwnotebook.errors import ConfigError
-from mwnotebook.launchers.ssh import parse_tf_address
 
 
 @pytest.mark.parametrize(
@@ -91,7 +90,7 @@ def test_launcher_from_spec_places_workers_without_connecting() -> None:
 
     from mwnotebook.config.spec import ClusterSpec
     from mwnotebook.launchers import make_launcher
-    from mwnotebook.launchers.ssh import SSHLauncher
+    from mwnotebook.launchers.ssh.launcher import SSHLauncher
 
     launcher = make_launcher(ClusterSpec(workers=3, hosts=("a", "u@b:2222*2"), tf_address="b=10.0.0.2"))
     assert isinstance(launcher, SSHLauncher)

@@ -23,13 +23,20 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 #: Lower layers never import higher ones. A module's layer is the first prefix that matches.
 LAYERS: list[tuple[int, tuple[str, ...]]] = [
-    (0, ("mwnotebook.errors",)),
+    (0, ("mwnotebook.errors", "mwnotebook.processes.shipped")),
     (1, ("mwnotebook.shared", "mwnotebook.config")),
-    (2, ("mwnotebook.worker", "mwnotebook.recipes", "mwnotebook.profiling", "mwnotebook.launchers")),
-    (3, ("mwnotebook.engine",)),
-    (4, ("mwnotebook.dashboard", "mwnotebook.frontend")),
-    (5, ("mwnotebook",)),
+    (2, ("mwnotebook.worker", "mwnotebook.recipes", "mwnotebook.profiling", "mwnotebook.processes",
+         "mwnotebook.export")),
+    (3, ("mwnotebook.launchers",)),
+    (4, ("mwnotebook.engine",)),
+    (5, ("mwnotebook.dashboard", "mwnotebook.frontend")),
+    (6, ("mwnotebook",)),
 ]
+
+#: The code that runs inside the processes the launchers start: it never needs the notebook's side.
+PROCESSES = "mwnotebook.processes"
+SHIPPED = "mwnotebook.processes.shipped"
+NOTEBOOK_SIDE = ("mwnotebook.engine", "mwnotebook.launchers", "mwnotebook.frontend", "mwnotebook.dashboard")
 
 
 def layer_of(module: str) -> int | None:
@@ -128,8 +135,58 @@ def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
 
 
 def test_every_module_has_a_layer() -> None:
-    unplaced = [m for m in import_graph() if layer_of(m) is None]
-    assert not unplaced
+    """Each module's own layer prefix is more specific than the package itself (layer 6 is only for
+    ``mwnotebook/__init__``): a module that only the catch-all matched would escape the order."""
+    graph = import_graph()
+    unplaced = [m for m in graph if layer_of(m) is None]
+    only_catch_all = [m for m in graph if m != PACKAGE and layer_of(m) == LAYERS[-1][0]]
+    assert not unplaced and not only_catch_all, (unplaced, only_catch_all)
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _module_level(tree: ast.Module) -> Iterator[ast.AST]:
+    """The statements that run when the module is imported (not function or class bodies)."""
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            pending.extend(ast.iter_child_nodes(node))
+
+
+def _external_imports(path: Path) -> set[str]:
+    """Top-level package names a module imports when it is imported."""
+    names: set[str] = set()
+    for node in _module_level(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_processes_never_import_the_notebook_side() -> None:
+    """Worker kernels, templates and the netns holder import neither the engine, the launchers, the
+    front ends, nor jupyter_client / zmq (ipykernel brings its own when a kernel serves)."""
+    graph = import_graph()
+    modules = module_names(ROOT)
+    bad = [(m, t) for m, targets in graph.items() if _under(m, PROCESSES)
+           for t in targets if any(_under(t, side) for side in NOTEBOOK_SIDE)]
+    clients = [m for m in modules if _under(m, PROCESSES)
+               and _external_imports(modules[m]) & {"jupyter_client", "zmq"}]
+    assert not bad and not clients, (bad, clients)
+
+
+def test_shipped_files_import_nothing_of_the_package() -> None:
+    """They are sent as source to hosts where mwnotebook is not installed."""
+    graph = import_graph()
+    modules = module_names(ROOT)
+    bad = {m: sorted(t) for m, t in graph.items() if _under(m, SHIPPED) and t}
+    by_name = [m for m in modules if _under(m, SHIPPED) and PACKAGE in _external_imports(modules[m])]
+    assert not bad and not by_name, (bad, by_name)
 
 
 def test_no_import_cycles() -> None:
@@ -144,6 +201,7 @@ def test_the_graph_sees_known_edges() -> None:
     """Guards the reader itself: a parser that found no edges would pass the two tests above."""
     graph = import_graph()
     assert "mwnotebook.engine.connection" in graph["mwnotebook.engine.async_cluster"]
+    assert "mwnotebook.processes.runtime.after_import" in graph["mwnotebook.processes.worker_kernel"]
     assert "mwnotebook.errors" in graph["mwnotebook.config.spec"]
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert upward_imports({"mwnotebook.errors": {"mwnotebook.engine.loop"}, "mwnotebook.engine.loop": set()})
@@ -172,6 +230,30 @@ def test_worker_side_imports_without_jupyter_client() -> None:
     assert out.returncode == 0, out.stderr
     assert "LOADED []" in out.stdout
     assert "ENGINE []" in out.stdout
+
+
+def test_started_processes_import_without_jupyter_client() -> None:
+    """A worker kernel, a worker template and the netns holder load none of the notebook's launcher
+    code: their modules import with jupyter_client and zmq blocked, and bring no engine or launcher."""
+    code = textwrap.dedent("""
+        import sys
+        class Blocker:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("jupyter_client", "zmq"):
+                    raise ImportError(f"{name} is blocked by the test")
+                return None
+        sys.meta_path.insert(0, Blocker())
+        import mwnotebook.processes.worker_kernel
+        import mwnotebook.processes.worker_template
+        import mwnotebook.processes.netns_holder
+        side = sorted(m for m in sys.modules if m.startswith(("mwnotebook.engine", "mwnotebook.launchers",
+                                                              "mwnotebook.frontend")))
+        print("SIDE", side)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT.parent, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "SIDE []" in out.stdout, out.stdout
 
 
 def main(argv: list[str]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from mwnotebook.engine.late_output import LateOrigin, LateOutput
-from mwnotebook.engine.relay import TextRelay
+from mwnotebook.frontend.text.relay import TextRelay
 
 
 def _stream(text: str) -> dict:
@@ -64,7 +64,7 @@ def test_notebook_view_puts_late_output_in_the_running_cell_else_its_own_and_kee
     from types import SimpleNamespace
 
     from mwnotebook.engine.late_output import LateItem
-    from mwnotebook.frontend.late_view import NotebookLateView
+    from mwnotebook.frontend.notebook.late_view import NotebookLateView
 
     kernel = FakeKernel()
     view = NotebookLateView(SimpleNamespace(kernel=kernel, execution_count=3, events=None))

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mwnotebook.errors import WorkerError, WorkerFailure
-from mwnotebook.frontend import magics
+from mwnotebook.frontend.notebook import magics
 
 
 class FakeDashboard:

@@ -7,7 +7,7 @@ from IPython.core.error import UsageError
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.worker_env import worker_envs
 from mwnotebook.errors import ConfigError
-from mwnotebook.frontend.magics import _parse, _spec, mwcluster_parser, mwtrain_parser
+from mwnotebook.frontend.notebook.magics import _parse, _spec, mwcluster_parser, mwtrain_parser
 
 
 def spec_of(line: str) -> ClusterSpec:

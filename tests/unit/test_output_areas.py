@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 
-from mwnotebook.engine.relay import LineLabeller, TextRelay, is_startup_chatter, render_line
-from mwnotebook.frontend.live_chart import ChartOnFirstMetric
-from mwnotebook.frontend.output_areas import WorkerOutputAreas
+from mwnotebook.frontend.notebook.live_chart import ChartOnFirstMetric
+from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
+from mwnotebook.frontend.text.relay import LineLabeller, TextRelay, is_startup_chatter, render_line
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput, WorkerStateChanged
 
 

@@ -3,7 +3,7 @@
 import io
 
 from mwnotebook.engine.iopub_events import events_from_iopub
-from mwnotebook.engine.relay import LineLabeller, TextRelay
+from mwnotebook.frontend.text.relay import LineLabeller, TextRelay
 from mwnotebook.shared.events import METRICS_MIME, WorkerMetrics, WorkerOutput
 
 

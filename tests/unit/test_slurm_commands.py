@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from mwnotebook.config import slurm as cmd
+from mwnotebook.config import slurm_options as cmd
 from mwnotebook.config.options import add_cluster_arguments, spec_from_options
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
@@ -122,7 +122,7 @@ def test_bad_slurm_specs(fields: dict, message: str) -> None:
 
 def test_make_launcher_picks_slurm() -> None:
     from mwnotebook.launchers import make_launcher
-    from mwnotebook.launchers.slurm import SlurmLauncher
+    from mwnotebook.launchers.slurm.launcher import SlurmLauncher
 
     launcher = make_launcher(ClusterSpec(slurm="-p gpu", workers=3))
     assert isinstance(launcher, SlurmLauncher)

@@ -1,11 +1,11 @@
-"""Which workers one worker template can serve (pure logic of launchers/template.py)."""
+"""Which workers one worker template can serve (pure logic of launchers/local/template_pool.py)."""
 
 from __future__ import annotations
 
 from mwnotebook.config.options import add_cluster_arguments, spec_from_options
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.worker_env import worker_envs
-from mwnotebook.launchers.template import startup_key, template_env
+from mwnotebook.launchers.local.template_pool import startup_key, template_env
 
 BASE = {"PATH": "/usr/bin", "PYTHONPATH": "/src", "TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1"}
 

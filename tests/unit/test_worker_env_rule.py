@@ -20,7 +20,7 @@ import pytest
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.async_cluster import AsyncCluster
 from mwnotebook.errors import ClusterStartError, ConfigError
-from mwnotebook.frontend.export import export_cell
+from mwnotebook.export.scripts import export_cell
 
 #: Stands in for the interpreter the launchers exec: writes the environment it was given, runs nothing.
 DUMP_ENV = ("import json, os\n"
@@ -128,7 +128,7 @@ def test_gpu_conflicts_are_refused_once_by_the_spec() -> None:
 def test_hosts_are_parsed_once_per_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The spec parses ``--hosts``; launcher, GPU split and export read its placement."""
     from mwnotebook.config import hosts
-    from mwnotebook.launchers.ssh import SSHLauncher
+    from mwnotebook.launchers.ssh.launcher import SSHLauncher
 
     calls: list[str] = []
     real = hosts.parse_host

@@ -1,0 +1,262 @@
+"""``%%mwtrain`` and ``%mwcluster``: parse arguments, call the Python API, show its results.
+
+Adds no behaviour of its own: everything here is also reachable through :class:`mwnotebook.Cluster`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from typing import Any, NoReturn
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import publish_display_data
+
+from mwnotebook.config.options import add_cluster_arguments, seconds, spec_from_options
+from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.engine.cluster import Cluster
+from mwnotebook.engine.result import RunResult
+from mwnotebook.errors import ConfigError, MWNotebookError
+from mwnotebook.frontend.notebook import late_view
+from mwnotebook.frontend.notebook.keras_choice import KerasChoice
+from mwnotebook.frontend.notebook.live_chart import ChartOnFirstMetric, preload_in_background
+from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
+from mwnotebook.frontend.notebook.views import security_notice, status_bundle, tf_config_bundle
+from mwnotebook.frontend.text.relay import TextRelay
+from mwnotebook.shared.events import Event, EventSink
+
+log = logging.getLogger(__name__)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports problems as IPython UsageErrors instead of exiting the kernel."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}\n\n{self.format_usage()}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:  # e.g. --help
+        raise UsageError(message or self.format_help())
+
+
+def mwtrain_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="%%mwtrain", add_help=False, description=(
+        "Run this cell on N TensorFlow worker kernels at once, each with its own TF_CONFIG. Output is "
+        "labelled [worker i]; when any worker fails, the others are stopped and the cell raises. Workers "
+        "and their variables persist between cells with the same options; other options restart them."))
+    add_cluster_arguments(parser)
+    parser.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
+                        help="fail the cell if any worker runs longer than this")
+    parser.add_argument("--no-dashboard", action="store_true", help="no live chart, text output only")
+    parser.add_argument("--show-tf-startup", action="store_true",
+                        help=("show TensorFlow's start-up notices (CPU features, oneDNN, CUDA driver); "
+                              "hidden by default"))
+    parser.add_argument("--export", default=None, metavar="DIR",
+                        help="also write the cell as a script plus one launcher per worker into DIR")
+    parser.add_argument("--format", default="launchers", choices=("launchers", "slurm", "tfjob"),
+                        help="with --export: per-worker launchers (default), a Slurm batch job, or a "
+                             "Kubernetes TFJob manifest")
+    return parser
+
+
+_mwtrain_parser: argparse.ArgumentParser | None = None
+
+
+def _cached_mwtrain_parser() -> argparse.ArgumentParser:
+    """Built once: building it costs about a millisecond, which a no-op cell should not pay."""
+    global _mwtrain_parser
+    if _mwtrain_parser is None:
+        _mwtrain_parser = mwtrain_parser()
+    return _mwtrain_parser
+
+
+def mwcluster_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="%mwcluster", add_help=False, description=(
+        "Manage the notebook's worker cluster: status, start (in the background), restart, stop; stacks "
+        "shows each worker's current Python stacks."))
+    parser.add_argument("action", choices=("status", "start", "restart", "stop", "stacks"))
+    add_cluster_arguments(parser)
+    return parser
+
+
+class NotebookSession:
+    """The cluster that this notebook's magics share, and what its last cell produced."""
+
+    def __init__(self) -> None:
+        self.cluster: Cluster | None = None
+        self.last_result: RunResult | None = None
+        self._security_notice_shown = False
+        self._announced: Cluster | None = None
+        self.keras = KerasChoice()
+
+    def cluster_for(self, spec: ClusterSpec) -> Cluster:
+        """Reuse the running cluster when its spec is the same; otherwise replace it."""
+        if self.cluster is not None and self.cluster.spec == spec:
+            return self.cluster
+        self.stop()
+        self.cluster = Cluster(spec)
+        return self.cluster
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+    def announce(self, cluster: Cluster) -> None:
+        """Show each worker's TF_CONFIG once per cluster, and the gRPC security notice once per session."""
+        if self._announced is cluster:
+            return
+        self._announced = cluster
+        publish_display_data(tf_config_bundle(cluster.tf_configs, _hosts_of(cluster)))
+        if not self._security_notice_shown:
+            self._security_notice_shown = True
+            addresses = [c["cluster"]["worker"][c["task"]["index"]] for c in cluster.tf_configs]
+            # A warning goes to stderr; the all-clear of a private namespace is plain information.
+            print(security_notice(addresses, cluster.network_isolated, remote=bool(cluster.spec.hosts)),
+                  file=sys.stdout if cluster.network_isolated else sys.stderr)
+
+
+def _hosts_of(cluster: Cluster) -> list[str]:
+    return [info.host for info in cluster.status()]
+
+
+def _fan_out(*sinks: EventSink) -> EventSink:
+    def deliver(event: Event) -> None:
+        for sink in sinks:
+            sink(event)
+    return deliver
+
+
+def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
+    try:
+        return parser.parse_args(shlex.split(line))
+    except ValueError as exc:  # unbalanced quotes
+        raise UsageError(f"{parser.prog}: cannot parse the options: {exc}") from None
+
+
+def _spec(ns: argparse.Namespace) -> ClusterSpec:
+    try:
+        return spec_from_options(ns)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+@magics_class
+class MWMagics(Magics):
+    def __init__(self, shell: Any, session: NotebookSession | None = None) -> None:
+        super().__init__(shell)
+        self.session = session or NotebookSession()
+
+    @cell_magic
+    def mwtrain(self, line: str, cell: str) -> None:
+        ns = _parse(_cached_mwtrain_parser(), line)
+        spec = _spec(ns)
+        if not cell.strip():
+            raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
+        if ns.export and ns.format != "launchers":
+            from mwnotebook.export.formats import export_format
+
+            print(export_format(cell, ns.export, spec, ns.format).summary())
+        elif ns.export:
+            from mwnotebook.export.scripts import export_cell  # only needed with --export
+
+            print(export_cell(cell, ns.export, spec).summary())
+        keras_note = self.session.keras.on_cell(spec.use_legacy_keras)
+        if keras_note:
+            print(keras_note, file=sys.stderr)
+        cluster = self.session.cluster_for(spec)
+        output = _output_sink(self.shell, spec.workers, ns.show_tf_startup, clears="clear_output" in cell)
+        chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
+        on_event = _fan_out(*([chart] if chart is not None else []), output)
+        late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
+        try:
+            if not cluster.started:
+                cluster.start()
+            self.session.announce(cluster)
+            result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
+        except MWNotebookError as exc:
+            _finish(output, chart, None)
+            if isinstance(exc, ConfigError):
+                raise UsageError(str(exc)) from None
+            raise
+        except BaseException:  # e.g. a second Ctrl-C: no display update may land in a later cell
+            _finish(output, chart, None)
+            raise
+        _finish(output, chart, result)
+        self.session.last_result = result
+        # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
+        # mw_result.metrics_frame(), mw_result.stdout(i).
+        if self.shell is not None:
+            self.shell.user_ns["mw_result"] = result
+
+    @line_magic
+    def mwcluster(self, line: str) -> None:
+        ns = _parse(mwcluster_parser(), line)
+        if ns.action == "start":
+            cluster = self.session.cluster_for(_spec(ns))
+            if not cluster.started:
+                cluster.start_background()
+                print(f"mwnotebook: starting {cluster.spec.workers} workers in the background; the next "
+                      "%%mwtrain with the same options uses them")
+            return
+        running = self.session.cluster
+        if ns.action == "stop":
+            self.session.stop()
+            print("mwnotebook: all workers stopped")
+        elif running is None:
+            print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
+        elif ns.action == "status":
+            publish_display_data(status_bundle(running.status(), running.devices()))
+            job = running.scheduler_status()
+            if job:
+                print(f"mwnotebook: Slurm job {job['job_id']} ({job['state']}) on {', '.join(job['nodes']) or '-'}")
+        elif ns.action == "stacks":
+            print(running.stacks().text())
+        elif ns.action == "restart":
+            running.restart()
+            print(f"mwnotebook: restarted {running.spec.workers} workers")
+
+
+def _output_sink(shell: Any, num_workers: int, show_startup: bool, clears: bool = False) -> EventSink:
+    """Per-worker output areas where a frontend draws displays (a Jupyter kernel); labelled text
+    lines elsewhere (a terminal IPython, tests). ``clears``: the cell calls clear_output."""
+    show = True if show_startup else None  # None: the environment's default
+    if getattr(shell, "kernel", None) is not None:
+        return WorkerOutputAreas(num_workers, show_startup=show, areas_from_start=clears)
+    return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show,
+                     num_workers=num_workers)
+
+
+def _finish(output: EventSink, chart: ChartOnFirstMetric | None, result: RunResult | None) -> None:
+    """Last state of the output and the chart, however the run ended."""
+    if isinstance(output, WorkerOutputAreas):
+        output.finish()
+    elif isinstance(output, TextRelay):
+        output.flush()
+    if chart is not None:
+        chart.finish(result)
+
+
+_magics: MWMagics | None = None
+
+
+def register(ipython: Any) -> None:
+    global _magics
+    _magics = MWMagics(ipython)
+    MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
+    MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
+    ipython.register_magics(_magics)
+    keras_note = _magics.session.keras.on_load()  # before the notebook imports TensorFlow
+    if keras_note:
+        print(keras_note, file=sys.stderr if "imported" in keras_note else sys.stdout)
+    preload_in_background()  # the chart's libraries, so that the first metric does not stall a cell
+    from mwnotebook.launchers.local.launcher import prestart_in_background  # issue 13: TF imported while the user types
+
+    prestart_in_background()
+
+
+def unregister(ipython: Any) -> None:
+    if _magics is not None:
+        _magics.session.stop()

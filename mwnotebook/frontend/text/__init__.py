@@ -1,0 +1,1 @@
+"""Worker output as labelled text, for terminals and plain readers."""

@@ -1,1 +1,0 @@
-"""launchers/entry"""

@@ -1,0 +1,1 @@
+"""Local workers: the launcher, the private network namespace, the worker-template pool."""

@@ -1,0 +1,103 @@
+"""One kernel on a remote host as the SSH launcher (and, by subclass, the Slurm launcher) sees it:
+reached through port forwards, watched and controlled through its agent's channel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import asyncssh
+
+from mwnotebook.config.hosts import HostSpec
+from mwnotebook.launchers.remote.agent_channel import Agent
+from mwnotebook.launchers.ssh.connect import loss_reason
+
+__all__ = ["SSHKernelHandle"]
+
+log = logging.getLogger(__name__)
+
+
+class SSHKernelHandle:
+    """A kernel on a remote host, reached through SSH port forwards (see ``ssh.py``'s docstring)."""
+
+    def __init__(self, index: int, spec: HostSpec, agent: Agent, pid: int,
+                 listeners: list[asyncssh.SSHListener], connection_info: dict[str, Any],
+                 conn: asyncssh.SSHClientConnection | None = None, keepalive_seconds: float = 0) -> None:
+        self.index = index
+        self._conn = conn
+        self._keepalive_seconds = keepalive_seconds
+        self.host = spec.target
+        self._agent = agent
+        self._pid = pid
+        self._listeners = listeners
+        self._connection_info = connection_info
+        self._exit = ""
+        self._log_tail = ""
+        #: The kernel's private directory on its host (connection file, log); gone after kill().
+        self.remote_dir = ""
+        self._ended = asyncio.Event()
+        self._watch = asyncio.ensure_future(self._watch_agent())
+
+    @property
+    def connection_info(self) -> dict[str, Any]:
+        return dict(self._connection_info)
+
+    @property
+    def pid(self) -> int | None:
+        """The kernel's process id on its own host."""
+        return self._pid
+
+    async def _watch_agent(self) -> None:
+        try:
+            while (event := await self._agent.next_event()) is not None:
+                if event.get("event") == "exit":
+                    self._exit = str(event.get("description", "exited"))
+                    self._log_tail = str(event.get("log", ""))
+                    break
+        except Exception:  # the channel broke: treated like a closed one below
+            log.debug("agent channel for worker %d on %s failed", self.index, self.host,
+                      exc_info=True)
+        finally:
+            if not self._exit:
+                self._exit = self._lost_description()
+            self._ended.set()
+
+    def _lost_description(self) -> str:
+        """Why the kernel is gone when its agent's channel closed without an exit event."""
+        reason = loss_reason(self._conn, self._keepalive_seconds) if self._conn else ""
+        return f"lost the SSH connection to {self.host}" + (f": {reason}" if reason else "")
+
+    async def is_alive(self) -> bool:
+        return not self._ended.is_set()
+
+    def exit_description(self) -> str:
+        return self._exit if self._ended.is_set() else ""
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The end of the kernel's own output when it died by itself (empty otherwise)."""
+        return "".join(self._log_tail.splitlines(keepends=True)[-lines:])
+
+    async def wait(self) -> None:
+        """Until the kernel has ended (for tests and watchers)."""
+        await self._ended.wait()
+
+    async def interrupt(self) -> None:
+        if not self._ended.is_set():
+            self._agent.send("interrupt")
+
+    async def kill(self) -> None:
+        if not self._ended.is_set():
+            self._agent.send("kill")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._ended.wait()), 5)
+        await self._agent.close()  # stdin EOF: the agent kills anything still running
+        for listener in self._listeners:
+            listener.close()
+        self._listeners.clear()
+        if not self._watch.done():
+            self._watch.cancel()
+        self._ended.set()
+        if not self._exit:
+            self._exit = "killed"

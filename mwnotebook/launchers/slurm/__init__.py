@@ -1,0 +1,1 @@
+"""Workers as job steps of a Slurm allocation, here or through a login node."""

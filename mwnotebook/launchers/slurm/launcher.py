@@ -1,0 +1,345 @@
+"""Worker kernels as Slurm job steps.
+
+One allocation per launcher (so per running cluster, kept across cells with the same options):
+``--slurm-job J`` or ``SLURM_JOB_ID`` (we are inside an allocation) attach to an existing job, which
+is never cancelled by us; otherwise ``salloc --no-shell`` makes one, and :meth:`SlurmLauncher.close`
+(stop, kernel exit, any failure to start) cancels it. While the job is pending the queue state is
+logged and the start waits, bounded by the start-up timeout (``--timeout``, else 60 s). The job
+itself: ``slurm_job.py``.
+
+Every process on a node is the remote agent of ``processes/shipped/remote_agent.py`` (the one SSH workers use),
+run as ``srun ... PYTHON -u -c BOOTSTRAP``; its source and configuration (the kernel's signing key
+included) travel on srun's stdin, never on a command line. One ``ports`` agent per node holds the
+TensorFlow ports; one ``kernel`` agent per worker runs its kernel, which binds the node's own
+address (``NodeAddr``), with signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports
+chosen on each node.
+
+Where the Slurm commands run and how kernels are reached (``slurm_shell.py``): by default here, the
+notebook host being on the cluster network, reaching each kernel at its node's address; with
+``--slurm-login HOST`` on that login node over SSH (srun's stdin/stdout being the SSH session's),
+each kernel port reached through an SSH forward from the notebook's loopback to the node's address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mwnotebook.config import slurm_options as cmd
+from mwnotebook.config.tf_config import format_address
+from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.launchers.local.template_pool import templates_disabled
+from mwnotebook.launchers.remote.agent_channel import AGENT_PING_SECONDS, AGENT_SILENCE_LIMIT, agent_error
+from mwnotebook.launchers.remote.agent_events import gather_port_holders, next_agent_event
+from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
+from mwnotebook.launchers.slurm.job import SlurmAllocation
+from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmProcess, SlurmShell
+from mwnotebook.launchers.ssh.launcher import DEFAULT_REQUIRE, SSHKernelHandle, shared_worker_env
+from mwnotebook.processes import shipped
+from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
+
+__all__ = ["SlurmLauncher", "SrunAgent"]
+
+log = logging.getLogger(__name__)
+
+_AGENT_SOURCE = shipped.source("remote_agent.py")
+_CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+
+class SrunAgent:
+    """One run of the remote agent as a Slurm job step (the srun process's stdin/stdout, here or in
+    an SSH session on the login node)."""
+
+    def __init__(self, process: SlurmProcess, node: str) -> None:
+        self.process = process
+        self.host = node
+        self._stderr: list[str] = []
+        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
+        self._ping_task: asyncio.Future[None] | None = None
+
+    @classmethod
+    async def start(cls, shell: SlurmShell, job_id: str, node: str, python: str,
+                    gpus: int | None = None) -> SrunAgent:
+        process = await shell.spawn(cmd.srun_argv(job_id, node, [python, "-u", "-c", BOOTSTRAP], gpus))
+        agent = cls(process, node)
+        agent.process.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}".encode())
+        if shell.pings:
+            # Over SSH the agent also stops when the notebook side falls silent (see ssh_channel).
+            agent.send(f"ping {AGENT_SILENCE_LIMIT:g}")
+            agent._ping_task = asyncio.ensure_future(agent._ping())
+        return agent
+
+    async def _ping(self) -> None:
+        while self.process.returncode is None:
+            await asyncio.sleep(AGENT_PING_SECONDS)
+            self.send("ping")
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        self.send(json.dumps(dict(config)))
+
+    def send(self, line: str) -> None:
+        self.process.write((line + "\n").encode())
+
+    async def _drain_stderr(self) -> None:
+        with contextlib.suppress(Exception):
+            while chunk := await self.process.stderr.read(4096):
+                self._stderr.append(chunk.decode(errors="replace"))
+                del self._stderr[:-8]
+
+    async def next_event(self) -> dict[str, Any] | None:
+        return await next_agent_event(self.process.stdout.readline, self.host)
+
+    async def why_it_ended(self, python: str) -> str:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.process.wait(), 3)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._stderr_task, 1)
+        lines = "".join(self._stderr).strip().splitlines()
+        if any("execve" in line for line in lines):
+            return (f"Python interpreter {python!r} could not be started on the node; pass --python with "
+                    "the path of the nodes' interpreter that has ipykernel and tensorflow")
+        errors = [line for line in lines if "error" in line] or lines
+        detail = f": {errors[0].strip()}" if errors else ""
+        return f"the job step ended (exit status {self.process.returncode}){detail}"
+
+    async def close(self) -> None:
+        """stdin EOF (the agent kills its kernel and exits, ending the step); then by force."""
+        if self._ping_task is not None:
+            self._ping_task.cancel()
+        self.process.close_stdin()
+        try:
+            await asyncio.wait_for(self.process.wait(), 5)
+        except asyncio.TimeoutError:
+            self.process.terminate()  # srun cancels its step
+            try:
+                await asyncio.wait_for(self.process.wait(), 5)
+            except asyncio.TimeoutError:
+                self.process.kill()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.process.wait(), 5)
+        self._stderr_task.cancel()
+
+
+class SlurmKernelHandle(SSHKernelHandle):
+    """A kernel in a job step, reached at its node's address (or through the login node)."""
+
+    shell: SlurmShell | None = None
+
+    def _lost_description(self) -> str:
+        lost = self.shell.lost() if self.shell is not None else ""
+        if lost:
+            return f"lost the SSH connection to the login node: {lost}"
+        return f"its Slurm job step on {self.host} ended (job cancelled or node lost?)"
+
+
+class _Node:
+    """What a handle needs of its place (``target`` is the name shown for the worker)."""
+
+    def __init__(self, name: str) -> None:
+        self.target = name
+        self.host = name
+
+class SlurmLauncher:
+    """Starts worker kernels as job steps of one Slurm allocation (see the module docstring)."""
+
+    def __init__(self, *, salloc_args: str | None = "", job_id: str | None = None,
+                 workers: int = 2, workers_per_host: int | None = None,
+                 gpus_per_worker: int | None = None, python: str | None = None,
+                 require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
+                 cwd: str | None = None, login: str | None = None, ssh_config: str | None = None,
+                 template: bool = True, startup_env: Mapping[str, str] | None = None) -> None:
+        self.workers = workers
+        self.workers_per_host = workers_per_host
+        self.gpus_per_worker = gpus_per_worker
+        self.python = python or sys.executable
+        self.require = tuple(require)
+        self.startup_timeout = startup_timeout
+        self.cwd = cwd or os.getcwd()
+        self._job_id = cmd.check_job_id(job_id) if job_id else None
+        self._salloc = cmd.salloc_argv(cmd.split_salloc_args(salloc_args or ""), workers,
+                                       workers_per_host, gpus_per_worker)
+        self.allocation: SlurmAllocation | None = None
+        self.placement: list[str] = []
+        self._holders: list[SrunAgent] = []
+        self._handles: list[SlurmKernelHandle] = []
+        self._allocating = asyncio.Lock()
+        #: Where the Slurm commands run; with a login node, kernel ports are forwarded through it.
+        self.shell: SlurmShell = LoginSlurm(login, ssh_config) if login else LocalSlurm()
+        self._abort = asyncio.Event()
+        # One worker template per node for the allocation (launchers/remote/template_pool.py). Not with
+        # --gpus-per-worker: a forked kernel lives in the template's job step, not in the step that
+        # srun gave the worker's GPUs.
+        self.use_template = template and gpus_per_worker is None and not templates_disabled()
+        self._startup_env = dict(startup_env) if startup_env is not None else None
+        self._templates = RemoteTemplates(self.python, self.require, self.cwd)
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> SlurmLauncher:
+        login = getattr(spec, "slurm_login", None)
+        inside = os.environ.get("SLURM_JOB_ID") if not spec.slurm and not login else None
+        return cls(salloc_args=spec.slurm, job_id=spec.slurm_job or inside, workers=spec.workers,
+                   workers_per_host=spec.workers_per_host, gpus_per_worker=spec.gpus_per_worker,
+                   python=spec.python, startup_timeout=spec.startup_timeout, login=login,
+                   ssh_config=getattr(spec, "ssh_config", None),
+                   template=getattr(spec, "template", True), startup_env=shared_worker_env(spec))
+
+    def abort_start(self) -> None:
+        """Ctrl-C during a start: a wait in Slurm's queue ends now and the pending job is cancelled
+        (called by the engine before it waits for the start to wind down)."""
+        self._abort.set()
+
+    @property
+    def job_id(self) -> str | None:
+        return self.allocation.job_id if self.allocation else self._job_id
+
+    async def _allocate(self, refresh: bool = False) -> SlurmAllocation:
+        """The allocation; with ``refresh`` (a fresh start, new TF addresses) a new one replaces
+        one that has ended. Restarts never re-allocate: their TF_CONFIGs name the old nodes."""
+        async with self._allocating:
+            return await self._allocate_locked(refresh)
+
+    async def _allocate_locked(self, refresh: bool) -> SlurmAllocation:
+        if refresh and self.allocation is not None and await self.allocation.ended():
+            # A fresh start after the job ended (time limit, scancel): a new allocation if it was ours.
+            old, self.allocation = self.allocation, None
+            await old.release()
+            if self._job_id:
+                raise ClusterStartError(f"Slurm job {old.job_id} has ended ({old.state}); make a new "
+                                        "allocation and pass its id with --slurm-job")
+            log.warning("Slurm job %s has ended (%s); requesting a new allocation", old.job_id, old.state)
+        if self.allocation is None:
+            if self._job_id:
+                self.allocation = await SlurmAllocation.attach(self._job_id, self.shell, self._abort)
+            else:
+                self.allocation = await SlurmAllocation.request(self._salloc, self.startup_timeout,
+                                                                self.shell, self._abort)
+            self.placement = cmd.place_workers(self.allocation.nodes, self.workers, self.workers_per_host)
+        return self.allocation
+
+    async def tf_addresses(self, count: int) -> list[str]:
+        """Allocate (or attach), then hold one TF port per worker on each worker's node."""
+        if count != self.workers:
+            raise ConfigError(f"{count} workers requested but the launcher was made for {self.workers}")
+        allocation = await self._allocate(refresh=True)
+        await self._release_ports()
+        by_node: dict[str, list[int]] = {}
+        for index, node in enumerate(self.placement):
+            by_node.setdefault(node, []).append(index)
+        addresses = [""] * count
+
+        async def reserve(node: str, indices: list[int]) -> None:
+            agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python)
+            self._holders.append(agent)
+            agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
+            if self._startup_env is not None:
+                self._template(node, self._startup_env)  # imports TensorFlow while the rest starts
+            event = await self._first_event(agent, node, self.startup_timeout)
+            address = allocation.addresses.get(node, node)
+            for index, port in zip(indices, event["ports"]):
+                addresses[index] = format_address(address, int(port))
+
+        await gather_port_holders((reserve(n, ix) for n, ix in by_node.items()), self._release_ports)
+        log.info("TensorFlow addresses: %s", addresses)
+        return addresses
+
+    async def _first_event(self, agent: SrunAgent, node: str, timeout: float) -> dict[str, Any]:
+        try:
+            event = await asyncio.wait_for(agent.next_event(), timeout)
+        except asyncio.TimeoutError:
+            await agent.close()
+            raise ClusterStartError(f"{node}: no answer from the job step within {timeout:.0f} s",
+                                    host=node) from None
+        if event is None:
+            reason = await agent.why_it_ended(self.python)
+            await agent.close()
+            if self.allocation is not None and await self.allocation.ended():
+                reason = (f"Slurm job {self.allocation.job_id} has ended ({self.allocation.state}); "
+                          + ("the next cell requests a new allocation" if not self._job_id
+                             else "pass a running job's id with --slurm-job"))
+            raise ClusterStartError(f"{node}: {reason}", host=node)
+        if event.get("event") == "error":
+            await agent.close()
+            raise ClusterStartError(f"{node}: {agent_error(event, self.python)}", host=node)
+        return event
+
+    async def _release_ports(self) -> None:
+        holders, self._holders = self._holders, []
+        await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
+
+    async def start(self, index: int, env: Mapping[str, str]) -> SlurmKernelHandle:
+        allocation = await self._allocate()
+        if not 0 <= index < len(self.placement):
+            raise ConfigError(f"worker {index} has no place in the allocation ({len(self.placement)} slots)")
+        node = self.placement[index]
+        address = allocation.addresses.get(node, node)
+        key = str(uuid.uuid4())
+        agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python, self.gpus_per_worker)
+        listeners: list[Any] = []
+        info: dict[str, Any] = {"ip": address, "transport": "tcp", "key": key,
+                                "signature_scheme": "hmac-sha256", "kernel_name": ""}
+        try:
+            template = self._template(node, env)
+            agent.configure(await with_template({
+                "role": "kernel", "key": key, "signature_scheme": "hmac-sha256", "ip": address,
+                "env": dict(env), "require": list(self.require), "cwd": self.cwd,
+                "timeout": self.startup_timeout,
+            }, template))
+            event = await self._first_event(agent, node, self.startup_timeout + 5)
+            if event.get("event") != "ready":
+                raise ClusterStartError(f"{node}: unexpected agent reply {event.get('event')!r}", host=node)
+            check_fork(template, event)
+            for name in _CHANNELS:  # direct: the node's own port; via a login node: a local forward
+                info["ip"], info[name], listener = await self.shell.forward(address, int(event["ports"][name]))
+                if listener is not None:
+                    listeners.append(listener)
+        except BaseException as exc:
+            if isinstance(exc, ClusterStartError):
+                exc.worker = index
+            for listener in listeners:
+                listener.close()
+            await agent.close()
+            raise
+        handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), listeners, info)  # type: ignore[arg-type]
+        handle.shell = self.shell
+        handle.remote_dir = str(event.get("dir", ""))
+        self._handles = [h for h in self._handles if not h._ended.is_set()] + [handle]
+        log.info("worker %d: kernel pid %s on %s (job %s)", index, handle.pid, node, allocation.job_id)
+        return handle
+
+    def _template(self, node: str, env: Mapping[str, str]) -> RemoteTemplate | None:
+        """The worker template for ``env`` on ``node`` (a job step kept for the allocation); None when off."""
+        if not self.use_template or self.allocation is None:
+            return None
+        job_id = self.allocation.job_id  # a new allocation (the old one ended) gets new templates
+        shell = self.shell
+        return self._templates.get((job_id, node), node, env,
+                                   lambda: SrunAgent.start(shell, job_id, node, self.python))
+
+    @property
+    def templates(self) -> list[RemoteTemplate]:
+        return self._templates.templates()
+
+    async def status(self) -> dict[str, Any]:
+        """Job id, nodes and the job's state, for ``%mwcluster status``."""
+        if self.allocation is None:
+            return {"job_id": self._job_id, "nodes": [], "state": "not allocated"}
+        return {"job_id": self.allocation.job_id, "nodes": list(self.allocation.nodes),
+                "state": await self.allocation.current_state(), "owned": self.allocation.owned}
+
+    async def close(self) -> None:
+        """Kill every kernel, release the ports, and cancel the allocation if we made it."""
+        handles, self._handles = self._handles, []
+        await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
+        await self._release_ports()
+        await self._templates.close()
+        allocation, self.allocation = self.allocation, None
+        if allocation is not None:
+            await allocation.release()
+        await self.shell.close()

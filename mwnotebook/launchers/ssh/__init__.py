@@ -1,0 +1,1 @@
+"""Workers on other hosts over SSH, with OpenSSH's configuration semantics."""

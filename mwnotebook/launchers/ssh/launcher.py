@@ -1,0 +1,346 @@
+"""Worker kernels on remote hosts over SSH (asyncssh). Connections follow the user's SSH config
+as OpenSSH reads it (``ssh -G``; see ``ssh_connect.py``). No protocol code of our own.
+
+Per host, the launcher keeps SSH connections (one, plus another each time sshd's MaxSessions,
+10 by default, refuses a new session). Every remote process is the small agent of
+``processes/shipped/remote_agent.py``, started as ``exec PYTHON -u -c BOOTSTRAP``; its source, then its configuration
+(the signing key, TF_CONFIG and the rest of the worker environment) travel on the channel's stdin,
+never on a command line.
+
+* ``tf_addresses`` runs one agent per host in its ``ports`` role: it checks the interpreter and
+  the required modules, then holds one TCP port per worker on that host for TensorFlow's gRPC
+  server. The cluster list uses the address each host was reached at (the server side of
+  ``SSH_CONNECTION``) or the ``tf_address`` override. Meanwhile one spare agent per worker is
+  started, so that its interpreter has loaded by the time ``start`` configures it.
+* ``start`` configures an agent in its ``kernel`` role. The kernel binds 127.0.0.1 on its host;
+  each of its five ZMQ ports is reached through an SSH local port forward on the notebook's
+  loopback, and ``connection_info`` names those forwarded ports.
+* Templates (default; ``--no-template`` or ``MWNOTEBOOK_TEMPLATE=0`` turn them off): one more agent
+  per host runs in its ``template`` role (``remote_templates.py``), started with the port holder and
+  kept until :meth:`SSHLauncher.close`; ``start`` names its socket in the kernel agent's
+  configuration, and the kernel is forked from it instead of started (a fresh start, with a
+  one-line notice, where the template can't serve).
+* interrupt / kill are lines sent to the agent; the agent reports the kernel's exit. Closing the
+  channel (stop, or a lost connection) makes the agent kill the kernel's process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import asyncssh
+
+from mwnotebook.config.hosts import HostsArg, HostSpec, parse_tf_address, worker_hosts
+from mwnotebook.config.tf_config import format_address
+from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.launchers.local.template_pool import templates_disabled
+from mwnotebook.launchers.remote.agent_channel import Agent, agent_error
+from mwnotebook.launchers.remote.agent_events import gather_port_holders
+from mwnotebook.launchers.remote.kernel_handle import SSHKernelHandle
+from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
+from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, open_connection
+
+__all__ = ["SSHLauncher", "SSHKernelHandle"]
+
+log = logging.getLogger(__name__)
+
+_CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+DEFAULT_REQUIRE = ("ipykernel", "tensorflow")
+#: Upper bound on SSH connections to one host (each carries up to sshd's MaxSessions sessions).
+MAX_CONNECTIONS_PER_HOST = 16
+#: SSH keepalive: one every KEEPALIVE_INTERVAL s of silence, the connection is dropped after
+#: KEEPALIVE_COUNT_MAX unanswered ones: a silently dead network is noticed after
+#: 2 * (3 + 1) = 8 s, so that the cell fails within 15 s naming the host.
+KEEPALIVE_INTERVAL = 2.0
+KEEPALIVE_COUNT_MAX = 3
+#: How long a restart waits for a host that was reachable before to answer again. Bounded: a
+#: stop (or the notebook's exit) waits for a restart under way.
+RECONNECT_WINDOW = 30.0
+
+HostKey = tuple[str, str | None, int | None]
+
+
+def shared_worker_env(spec: Any) -> dict[str, str] | None:
+    """The environment every worker of ``spec`` shares at start (what picks its host's template),
+    or None when it can't be told before the workers' own turn."""
+    from mwnotebook.config.worker_env import worker_envs
+
+    try:
+        return worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]
+    except Exception:  # the cluster reports a bad spec itself, in its own words
+        return None
+
+
+class SSHLauncher:
+    """Starts worker kernels on SSH hosts. Worker ``i`` runs on ``worker_hosts(hosts)[i]``."""
+
+    def __init__(
+        self,
+        hosts: HostsArg,
+        *,
+        workers: int | None = None,
+        workers_per_host: int | None = None,
+        python: str | None = None,
+        tf_address: str | None = None,
+        require: Sequence[str] = DEFAULT_REQUIRE,
+        connect_timeout: float = 10.0,
+        startup_timeout: float = 60.0,
+        cwd: str | None = None,
+        ssh_options: Mapping[str, Any] | None = None,
+        ssh_config: str | None = None,
+        keepalive_interval: float = KEEPALIVE_INTERVAL,
+        keepalive_count_max: int = KEEPALIVE_COUNT_MAX,
+        template: bool = True,
+        startup_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.placement = worker_hosts(hosts, workers, workers_per_host)
+        # Default: the notebook's own interpreter path, as for local workers. It is right where
+        # hosts share the environment at the same path (a shared home, the same image); elsewhere
+        # the start-up error says to pass --python.
+        self.python = python or sys.executable
+        self.require = tuple(require)
+        self.connect_timeout = connect_timeout
+        self.startup_timeout = startup_timeout
+        self.cwd = cwd
+        self._tf_override = parse_tf_address(tf_address, self.placement)
+        self._ssh_options = dict(ssh_options or {})
+        #: ``ssh -F FILE`` (default: $MWNOTEBOOK_SSH_CONFIG, else OpenSSH's own choice).
+        self.ssh_config = ssh_config
+        self.keepalive_interval = keepalive_interval
+        self.keepalive_count_max = keepalive_count_max
+        self._sessions: dict[asyncssh.SSHClientConnection, SSHConnection] = {}
+        self._reached: set[HostKey] = set()
+        self._closing = False
+        # Per host: its connections, newest last. A connection that refused a new session (sshd's
+        # MaxSessions, 10 by default) is "full"; later sessions go to a new connection.
+        self._conns: dict[HostKey, list[asyncssh.SSHClientConnection]] = {}
+        self._full: set[asyncssh.SSHClientConnection] = set()
+        self._conn_locks: dict[HostKey, asyncio.Lock] = {}
+        self._holders: list[Agent] = []
+        self._spares: dict[int, tuple[asyncssh.SSHClientConnection, Agent]] = {}
+        self._handles: list[SSHKernelHandle] = []
+        #: Fork workers from a template per host (``remote_templates.py``); ``startup_env`` (the
+        #: environment all workers share) lets tf_addresses start them before the workers' turn.
+        self.use_template = template and not templates_disabled()
+        self._startup_env = dict(startup_env) if startup_env is not None else None
+        self._templates = RemoteTemplates(self.python, self.require, cwd)
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> SSHLauncher:
+        """Build from a ``ClusterSpec`` (``hosts``, ``workers``, ``python``, ``tf_address``,
+        ``startup_timeout`` and, where the spec has it, ``workers_per_host``)."""
+        placement = getattr(spec, "placement", None)
+        return cls(
+            [replace(h, slots=1) for h in placement] if placement else spec.hosts,  # parsed once, by the spec
+            workers=spec.workers,
+            workers_per_host=None if placement else getattr(spec, "workers_per_host", None),
+            python=spec.python,
+            tf_address=spec.tf_address,
+            startup_timeout=spec.startup_timeout,
+            ssh_config=getattr(spec, "ssh_config", None),
+            template=getattr(spec, "template", True),
+            startup_env=shared_worker_env(spec),
+        )
+
+    # -- connections ---------------------------------------------------------------------------
+
+    async def _connect(self, spec: HostSpec) -> asyncssh.SSHClientConnection:
+        """A live connection to ``spec``'s host with room for another session."""
+        lock = self._conn_locks.setdefault(spec.key, asyncio.Lock())
+        async with lock:
+            for conn in reversed(self._conns.get(spec.key, [])):
+                if conn not in self._full and not conn.is_closed():
+                    return conn
+            # A host reached before (a restart after its network failed) gets RECONNECT_WINDOW s
+            # to come back; a new host fails at the first refusal or silence.
+            deadline = time.monotonic() + (RECONNECT_WINDOW if spec.key in self._reached else 0)
+            while True:
+                try:
+                    session = await open_connection(
+                        spec, connect_timeout=self.connect_timeout,
+                        keepalive_interval=self.keepalive_interval,
+                        keepalive_count_max=self.keepalive_count_max, ssh_config=self.ssh_config,
+                        extra_options=self._ssh_options)
+                    break
+                except SSHConnectError as exc:
+                    if not exc.transient or self._closing or time.monotonic() > deadline:
+                        raise ClusterStartError(f"{spec.target}: {exc}", host=spec.target) from None
+                    log.info("%s: %s; trying again until it is back", spec.target, exc)
+                    await asyncio.sleep(1)
+            self._reached.add(spec.key)
+            log.debug("connected to %s (%s)", spec.target, session.target.source)
+            self._sessions[session.conn] = session
+            self._conns.setdefault(spec.key, []).append(session.conn)
+            return session.conn
+
+    async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, Agent]:
+        """Start the agent on ``spec``'s host, on a new connection if the current one is full."""
+        for _ in range(MAX_CONNECTIONS_PER_HOST):
+            conn = await self._connect(spec)
+            try:
+                return conn, await Agent.start(conn, spec.target, self.python)
+            except asyncssh.ChannelOpenError as exc:
+                log.debug("%s refused another session (%s); opening another connection",
+                          spec.target, exc.reason)
+                self._full.add(conn)
+        raise ClusterStartError(f"{spec.target}: the SSH server refused more sessions "
+                                f"(after {MAX_CONNECTIONS_PER_HOST} connections)", host=spec.target)
+
+    # -- TensorFlow addresses ------------------------------------------------------------------
+
+    async def tf_addresses(self, count: int) -> list[str]:
+        """Reserve one gRPC port per worker on each worker's own host; ``host:port`` per worker."""
+        if count != len(self.placement):
+            raise ConfigError(f"{count} workers requested but the hosts have "
+                              f"{len(self.placement)} worker slots")
+        await self._release_ports()
+        by_host: dict[HostKey, list[int]] = {}
+        for index, spec in enumerate(self.placement):
+            by_host.setdefault(spec.key, []).append(index)
+        addresses: list[str] = [""] * count
+
+        async def reserve(indices: list[int]) -> None:
+            spec = self.placement[indices[0]]
+            _, agent = await self._run_agent(spec)
+            self._holders.append(agent)
+            agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
+            # While the host answers, start the kernels' agents: their interpreters load in
+            # parallel, and start() only has to hand each its configuration.
+            spares = asyncio.ensure_future(self._start_spares(indices))
+            if self._startup_env is not None:
+                self._template(spec, self._startup_env)  # imports TensorFlow while the rest starts
+            try:
+                event = await self._first_event(agent, spec, self.connect_timeout + 10)
+            finally:
+                await spares
+            host_address = self._tf_override.get(spec.target) or str(event["address"])
+            for index, port in zip(indices, event["ports"]):
+                addresses[index] = format_address(host_address, int(port))
+
+        await gather_port_holders((reserve(ix) for ix in by_host.values()), self._release_ports)
+        log.info("TensorFlow addresses: %s", addresses)
+        return addresses
+
+    async def _start_spares(self, indices: list[int]) -> None:
+        for index in indices:
+            try:
+                self._spares[index] = await self._run_agent(self.placement[index])
+            except Exception:  # start() will try again and report the problem
+                log.debug("no spare agent for worker %d", index, exc_info=True)
+                return
+
+    async def _release_ports(self) -> None:
+        holders, self._holders = self._holders, []
+        spares, self._spares = list(self._spares.values()), {}
+        await asyncio.gather(*(h.close() for h in holders), *(a.close() for _, a in spares),
+                             return_exceptions=True)
+
+    async def _first_event(self, agent: Agent, spec: HostSpec, timeout: float) -> dict[str, Any]:
+        """The agent's first event, raising ClusterStartError (naming the host) for failures."""
+        try:
+            event = await asyncio.wait_for(agent.next_event(), timeout)
+        except asyncio.TimeoutError:
+            await agent.close()
+            raise ClusterStartError(f"{spec.target}: no answer from the remote agent within "
+                                    f"{timeout:.0f} s", host=spec.target) from None
+        if event is None:
+            reason = await agent.why_it_ended(self.python)
+            await agent.close()
+            raise ClusterStartError(f"{spec.target}: {reason}", host=spec.target)
+        if event.get("event") == "error":
+            await agent.close()
+            raise ClusterStartError(f"{spec.target}: {agent_error(event, self.python)}",
+                                    host=spec.target)
+        return event
+
+    # -- kernels -------------------------------------------------------------------------------
+
+    async def start(self, index: int, env: Mapping[str, str]) -> SSHKernelHandle:
+        if not 0 <= index < len(self.placement):
+            raise ConfigError(f"worker {index} has no host (hosts give {len(self.placement)} slots)")
+        spec = self.placement[index]
+        try:
+            return await self._start(index, spec, env)
+        except ClusterStartError as exc:
+            exc.worker = index
+            raise
+
+    async def _start(self, index: int, spec: HostSpec, env: Mapping[str, str]) -> SSHKernelHandle:
+        key = str(uuid.uuid4())
+        spare = self._spares.pop(index, None)
+        if spare is not None and spare[1].usable and not spare[0].is_closed():
+            conn, agent = spare
+        else:
+            if spare is not None:
+                await spare[1].close()
+            conn, agent = await self._run_agent(spec)
+        listeners: list[asyncssh.SSHListener] = []
+        try:
+            template = self._template(spec, env)
+            agent.configure(await with_template({
+                "role": "kernel", "key": key, "signature_scheme": "hmac-sha256",
+                "env": dict(env), "require": list(self.require), "cwd": self.cwd,
+                "timeout": self.startup_timeout,
+            }, template))
+            event = await self._first_event(agent, spec, self.startup_timeout + 5)
+            if event.get("event") != "ready":
+                raise ClusterStartError(f"{spec.target}: unexpected agent reply {event.get('event')!r}",
+                                        host=spec.target)
+            check_fork(template, event)
+            info: dict[str, Any] = {"ip": "127.0.0.1", "transport": "tcp", "key": key,
+                                    "signature_scheme": "hmac-sha256", "kernel_name": ""}
+            for name in _CHANNELS:
+                listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1",
+                                                         int(event["ports"][name]))
+                listeners.append(listener)
+                info[name] = listener.get_port()
+        except BaseException as exc:
+            for listener in listeners:
+                listener.close()
+            await agent.close()
+            if isinstance(exc, (asyncssh.Error, OSError)):
+                raise ClusterStartError(f"{spec.target}: the SSH connection failed while the kernel "
+                                        f"started ({exc})", host=spec.target) from exc
+            raise
+        handle = SSHKernelHandle(index, spec, agent, int(event["pid"]), listeners, info, conn,
+                                 self.keepalive_interval * (self.keepalive_count_max + 1))
+        handle.remote_dir = str(event.get("dir", ""))
+        self._handles = [h for h in self._handles if not h._ended.is_set()] + [handle]
+        log.info("worker %d: kernel pid %s on %s", index, handle.pid, spec.target)
+        return handle
+
+    def _template(self, spec: HostSpec, env: Mapping[str, str]) -> RemoteTemplate | None:
+        """The worker template for ``env`` on ``spec``'s host (started now if new); None when off."""
+        if not self.use_template:
+            return None
+
+        async def start_agent() -> Agent:
+            return (await self._run_agent(spec))[1]
+
+        return self._templates.get(spec.key, spec.target, env, start_agent)
+
+    @property
+    def templates(self) -> list[RemoteTemplate]:
+        """The worker templates of this launcher (one per host and start-up environment)."""
+        return self._templates.templates()
+
+    async def close(self) -> None:
+        """Kill every kernel this launcher started, release the ports, end the templates, close the
+        connections."""
+        self._closing = True
+        handles, self._handles = self._handles, []
+        await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
+        await self._release_ports()
+        await self._templates.close()
+        sessions = list(self._sessions.values())
+        self._conns, self._full, self._sessions = {}, set(), {}
+        for session in sessions:
+            session.close()
+        await asyncio.gather(*(s.wait_closed() for s in sessions), return_exceptions=True)

@@ -1,0 +1,83 @@
+"""Entry point of a worker kernel process: ``python -m mwnotebook.processes.worker_kernel -f CONNECTION_FILE``.
+
+It is ipykernel plus one guarantee: the worker never outlives the process that started it. Linux's
+``PR_SET_PDEATHSIG`` kills it when its parent dies (even by SIGKILL), and a watch thread covers
+systems without prctl. A worker left running would hold TensorFlow ports and memory forever.
+
+Two ways in, one way on: :func:`main` (a fresh interpreter, the exec path) and a child forked from a
+worker template (``worker_template.py``, which handles parent death its own way) both end in
+:func:`serve`, so a forked worker is the same kernel as an exec'd one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from mwnotebook.processes import worker_runtime
+from mwnotebook.processes.runtime.after_import import patch_when_imported
+
+PARENT_POLL_SECONDS = 0.5
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            pr_set_pdeathsig = 1
+            libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        except OSError:
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_SECONDS)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="mwnotebook-parent-watch", daemon=True).start()
+
+
+def _script_level_logs(tensorflow: object) -> None:
+    """Give TensorFlow's Python logger the level it has in a script.
+
+    TensorFlow logs at INFO to stdout when it sees an interactive shell (IPython sets ``sys.ps1``),
+    so every worker would print lines such as "Collective all_reduce tensors: ..." that the same
+    code run as a script (the seed's hand launch) does not. ``tf.get_logger().setLevel("INFO")``
+    in a cell brings them back.
+    """
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+
+
+def script_level_tensorflow_logs() -> None:
+    """Set the level when TensorFlow is imported, or now if it already is (here, or in a worker template)."""
+    patch_when_imported("tensorflow", _script_level_logs)
+
+
+def serve(argv: list[str] | None = None) -> None:
+    """Run the worker kernel (``argv``: ipykernel's arguments, e.g. ``-f FILE``; default sys.argv[1:])."""
+    script_level_tensorflow_logs()
+    from mwnotebook.processes import worker_hooks  # fit draws live curves; tqdm.auto as text
+
+    worker_hooks.install()
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance(argv)
+
+
+def main() -> None:
+    expected_parent = int(os.environ.pop("MWNOTEBOOK_PARENT_PID", os.getppid()))
+    worker_runtime.install()
+    _die_with_parent(expected_parent)
+    serve()
+
+
+if __name__ == "__main__":
+    main()
