@@ -181,7 +181,7 @@ def dump_yaml(documents: Sequence[Mapping[str, Any]]) -> str:
     except ImportError:
         return "---\n".join(json.dumps(doc, indent=2) + "\n" for doc in documents)
 
-    class _Dumper(yaml.SafeDumper):
+    class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # yaml ships no types here
         pass
 
     def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
@@ -189,7 +189,8 @@ def dump_yaml(documents: Sequence[Mapping[str, Any]]) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     _Dumper.add_representer(str, text)
-    return yaml.dump_all(list(documents), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    dumped: str = yaml.dump_all(list(documents), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    return dumped
 
 
 # --------------------------------------------------------------------------- writing

@@ -72,7 +72,8 @@ def _keras_base() -> type:
     tf = _tf()
     if tf is None:  # the user is calling model.fit, TF is there
         tf = importlib.import_module("tensorflow")
-    return tf.keras.callbacks.Callback
+    base: type = tf.keras.callbacks.Callback
+    return base
 
 
 def keras_callback(*, every: int = 1, local: bool = True) -> Any:

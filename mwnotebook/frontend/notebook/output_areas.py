@@ -59,7 +59,7 @@ class WorkerScreen:
 
     max_lines: int = MAX_LINES
     show_startup: bool = False
-    lines: deque = field(default_factory=deque)  # (stream, text)
+    lines: deque[tuple[str, str]] = field(default_factory=deque)  # (stream, text)
     dropped: int = 0
     hidden: int = 0
     clear_pending: bool = False

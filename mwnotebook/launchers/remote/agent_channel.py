@@ -31,7 +31,7 @@ _AGENT_SOURCE = shipped.source("remote_agent.py")
 class Agent:
     """One run of the remote agent on an SSH channel."""
 
-    def __init__(self, process: asyncssh.SSHClientProcess, host: str) -> None:
+    def __init__(self, process: asyncssh.SSHClientProcess[str], host: str) -> None:
         self.process = process
         self.host = host
         self._stderr: list[str] = []

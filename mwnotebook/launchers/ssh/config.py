@@ -122,7 +122,10 @@ def target_from_options(alias: str, options: Mapping[str, Sequence[str]], source
         proxy_command = None
     partial = SSHTarget(alias=alias, hostname=hostname, user=user, port=port,
                         proxy_jump=proxy_jump, host_key_alias=_first(options, "hostkeyalias") or None)
-    expand = lambda value: expand_tokens(value, partial)  # noqa: E731 - one-line helper
+
+    def expand(value: str) -> str:
+        return expand_tokens(value, partial)
+
     strict = _first(options, "stricthostkeychecking", "ask").lower()
     agent = _first(options, "identityagent") or None
     return SSHTarget(

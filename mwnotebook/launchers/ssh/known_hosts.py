@@ -139,7 +139,10 @@ class HostKeyCheck:
     def known_hosts_arg(self) -> tuple[list[asyncssh.SSHKey], list[asyncssh.SSHKey], list[asyncssh.SSHKey]]:
         """(trusted keys, CA keys, revoked keys) for asyncssh's ``known_hosts``; keys outside
         them reach :meth:`decide` through the client's ``validate_host_public_key``."""
-        pick = lambda marker: [e.key for e in self.entries if e.marker == marker]  # noqa: E731
+
+        def pick(marker: str | None) -> list[asyncssh.SSHKey]:
+            return [e.key for e in self.entries if e.marker == marker]
+
         return pick(None), pick("cert-authority"), pick("revoked")
 
     def decide(self, key: asyncssh.SSHKey) -> bool:

@@ -75,8 +75,8 @@ def _first_replica_for_metrics(original: Callable[..., Any], training: ModuleTyp
     reduce_per_replica.__wrapped__ = original  # type: ignore[attr-defined]
     reduce_per_replica.__doc__ = original.__doc__
     # plain Python over the step's outputs at trace time: nothing for AutoGraph to convert
-    patched = training.tf.autograph.experimental.do_not_convert(reduce_per_replica)
-    patched._mwnotebook_first_for_metrics = True
+    patched: Callable[..., Any] = training.tf.autograph.experimental.do_not_convert(reduce_per_replica)
+    patched._mwnotebook_first_for_metrics = True  # type: ignore[attr-defined]
     return patched
 
 

@@ -13,6 +13,7 @@ each stream wrote for the current request, which the notebook compares with what
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
 #: Characters written per (request msg_id, stream name); only the latest requests are kept.
@@ -57,7 +58,7 @@ def _patch_iopub_high_water_mark() -> None:
 
     if getattr(IPKernelApp.init_iopub, "_mw_unbounded", False):
         return
-    original = IPKernelApp.init_iopub
+    original: Callable[[Any, Any], None] = IPKernelApp.init_iopub
 
     def init_iopub(self: Any, context: Any) -> None:
         context.setsockopt(zmq.SNDHWM, 0)

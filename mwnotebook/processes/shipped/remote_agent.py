@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 #: What the launcher runs on the remote host, after ``exec PYTHON -u -c``: read a length line,
 #: then that many characters of agent source, and run it as ``__main__``.
@@ -62,7 +63,7 @@ _last_heard = [time.monotonic()]
 #: The silence limit of the first ``ping`` (0: none yet); the watchdog thread ends when _quiet is set.
 _silence_limit = [0.0]
 _quiet = threading.Event()
-_watchdogs: list = []
+_watchdogs: list[threading.Thread] = []
 
 
 def read_line() -> str:
@@ -110,7 +111,7 @@ def send(event: str, **fields: object) -> None:
         pass
 
 
-def missing_modules(names: list) -> list:
+def missing_modules(names: list[str]) -> list[str]:
     """Modules from ``names`` that this interpreter cannot import (checked without importing)."""
     missing = []
     for name in names:
@@ -123,7 +124,7 @@ def missing_modules(names: list) -> list:
     return missing
 
 
-def preflight(config: dict) -> bool:
+def preflight(config: dict[str, Any]) -> bool:
     missing = missing_modules(list(config.get("require", [])))
     if missing:
         send("error", kind="missing", modules=missing, python=sys.executable,
@@ -138,7 +139,7 @@ def server_address() -> str:
     return parts[2] if len(parts) >= 3 else socket.gethostname()
 
 
-def reserve_ports(count: int) -> list:
+def reserve_ports(count: int) -> list[socket.socket]:
     held = []
     for _ in range(count):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -150,7 +151,7 @@ def reserve_ports(count: int) -> list:
     return held
 
 
-def run_ports(config: dict) -> int:
+def run_ports(config: dict[str, Any]) -> int:
     if not preflight(config):
         return 3
     held = reserve_ports(int(config["count"]))
@@ -172,7 +173,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _read_ports(path: str) -> dict | None:
+def _read_ports(path: str) -> dict[str, Any] | None:
     try:
         with open(path) as f:
             info = json.load(f)
@@ -208,7 +209,7 @@ class ForkedProcess:
         self._buffer = b""
 
     @classmethod
-    def request(cls, path: str, request: dict) -> ForkedProcess:
+    def request(cls, path: str, request: dict[str, Any]) -> ForkedProcess:
         channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             channel.settimeout(30)
@@ -224,7 +225,7 @@ class ForkedProcess:
         return cls(channel, int(reply["pid"]))
 
     @staticmethod
-    def _read_message(channel: socket.socket, buffer: bytes) -> tuple:
+    def _read_message(channel: socket.socket, buffer: bytes) -> tuple[Any, bytes]:
         while b"\n" not in buffer:
             data = channel.recv(4096)
             if not data:
@@ -282,7 +283,7 @@ class ForkedProcess:
 class Kernel:
     """The kernel child process and its private directory."""
 
-    def __init__(self, config: dict) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         self.dir = tempfile.mkdtemp(prefix="mwnotebook-remote-")  # mode 0700
         self.connection_file = os.path.join(self.dir, "kernel.json")
         self.log_path = os.path.join(self.dir, "kernel.log")
@@ -307,7 +308,7 @@ class Kernel:
         self.proc = self._from_template(config.get("template"), env, cwd) or self._fresh(env, cwd)
         self._killed = False
 
-    def _fresh(self, env: dict, cwd: str | None) -> subprocess.Popen:
+    def _fresh(self, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
         with open(self.log_path, "wb") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file],
@@ -315,7 +316,7 @@ class Kernel:
                 cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
             )
 
-    def _from_template(self, path: str | None, env: dict, cwd: str | None) -> ForkedProcess | None:
+    def _from_template(self, path: str | None, env: dict[str, str], cwd: str | None) -> ForkedProcess | None:
         """Ask this host's worker template (its socket ``path``) to fork the kernel; None if it can't."""
         if not path:
             return None
@@ -327,7 +328,7 @@ class Kernel:
             self.template_note = f"the worker template did not fork the kernel ({exc})"
             return None
 
-    def wait_ports(self, timeout: float) -> dict | None:
+    def wait_ports(self, timeout: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
             ports = _read_ports(self.connection_file)
@@ -383,7 +384,7 @@ def describe(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def run_kernel(config: dict) -> int:
+def run_kernel(config: dict[str, Any]) -> int:
     if not preflight(config):
         return 3
     kernel = Kernel(config)
@@ -414,12 +415,12 @@ def run_kernel(config: dict) -> int:
         kernel.cleanup()
 
 
-def run_template(config: dict) -> int:
+def run_template(config: dict[str, Any]) -> int:
     """This host's worker template (``remote_template.py``, whose source is in ``config``)."""
     if not preflight(config):
         return 3
     stop_watchdog()  # the template forks: no thread of ours may run; it watches the silence itself
-    namespace: dict = {"__name__": "mwnotebook_remote_template"}
+    namespace: dict[str, Any] = {"__name__": "mwnotebook_remote_template"}
     exec(compile(config.pop("source"), "<mwnotebook-remote-template>", "exec"), namespace)
     return int(namespace["run"](config, send, _silence_limit[0]))
 

@@ -39,6 +39,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from typing import Any
 
 OWNER_POLL_SECONDS = 0.5
 #: Each template's private directory: DIR_PREFIX + its pid + a random suffix, in the temp dir.
@@ -127,7 +128,7 @@ def redirect_output(log_path: str) -> None:
     os.close(null_fd)
 
 
-def loaded_state() -> dict:
+def loaded_state() -> dict[str, Any]:
     """Modules loaded and whether TensorFlow's eager context exists (reading it creates nothing)."""
     context = sys.modules.get("tensorflow.python.eager.context")
     created = getattr(context, "_context", None) if context is not None else None
@@ -141,7 +142,7 @@ def loaded_state() -> dict:
     }
 
 
-def preload(names: list) -> str:
+def preload(names: list[str]) -> str:
     """Import TensorFlow (and the rest of ``names``) and the kernel's modules; '' or what failed."""
     problems = []
     for name in names:
@@ -172,8 +173,9 @@ class Template:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
         self.listener.listen(64)
-        self.clients: dict = {}  # fd -> [socket, buffer]
-        self.children: dict = {}  # pid -> socket of the agent that asked (None once it went away)
+        self.clients: dict[int, list[Any]] = {}  # fd -> [socket, buffer]
+        #: pid -> socket of the agent that asked (None once it went away)
+        self.children: dict[int, socket.socket | None] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._stdin = b""
@@ -239,7 +241,7 @@ class Template:
             except OSError:
                 pass
 
-    def _handle(self, request: dict, conn: socket.socket) -> dict:
+    def _handle(self, request: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
         op = request.get("op")
         try:
             if op == "fork":
@@ -268,10 +270,10 @@ class Template:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ fork
-    def _fork(self, request: dict) -> int:
+    def _fork(self, request: dict[str, Any]) -> int:
         return fork_child(lambda: self._become_kernel(request))
 
-    def _become_kernel(self, request: dict) -> None:
+    def _become_kernel(self, request: dict[str, Any]) -> None:
         """In the child: shed the template, take the worker's environment, run ipykernel."""
         os.setsid()  # its own process group, as the agent's Popen(start_new_session=True) gives
         reset_signals()
@@ -336,7 +338,7 @@ def _watch_owner(owner: int) -> None:
     threading.Thread(target=watch, name="mwnotebook-owner-watch", daemon=True).start()
 
 
-def run(config: dict, send: Callable[..., None], silence_limit: float) -> int:
+def run(config: dict[str, Any], send: Callable[..., None], silence_limit: float) -> int:
     """The template role: load, report ``ready`` (with the socket's path), serve until stdin closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for kernels
     # What TensorFlow reads while it loads must be set before it loads (the launcher keeps one
