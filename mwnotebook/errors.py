@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 
 class MWNotebookError(Exception):
@@ -55,9 +55,12 @@ class ClusterStateError(MWNotebookError):
     """The operation needs a running cluster (or a stopped one) and found the other."""
 
 
+#: What went wrong on one worker (see :class:`WorkerFailure`).
+FailureKind = Literal["error", "died", "timeout", "unresponsive", "consequence", "interrupted"]
+
 #: How likely each kind of fault is the cause of a failed cell, most likely first. See
 #: :func:`order_failures`.
-CAUSE_RANK: dict[str, int] = {"died": 0, "error": 1, "timeout": 1, "unresponsive": 2, "consequence": 3,
+CAUSE_RANK: dict[FailureKind, int] = {"died": 0, "error": 1, "timeout": 1, "unresponsive": 2, "consequence": 3,
                               "interrupted": 4}
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -75,7 +78,7 @@ class WorkerFailure:
     """
 
     worker: int
-    kind: str
+    kind: FailureKind
     ename: str = ""
     evalue: str = ""
     traceback: list[str] = field(default_factory=list)

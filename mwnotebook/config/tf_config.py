@@ -66,6 +66,11 @@ class PortReservation:
             raise
         return cls(ports=[s.getsockname()[1] for s in held], _sockets=held)
 
+    @property
+    def sockets(self) -> list[socket.socket]:
+        """The bound sockets that hold :attr:`ports` (for a process that keeps holding them)."""
+        return list(self._sockets)
+
     def release(self) -> None:
         for sock in self._sockets:
             sock.close()

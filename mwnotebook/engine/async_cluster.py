@@ -28,7 +28,7 @@ from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport, dump_stacks
 from mwnotebook.errors import ClusterStartError, ClusterStateError
 from mwnotebook.launchers import Launcher, make_launcher
-from mwnotebook.shared.events import Event, EventSink, WorkerStateChanged
+from mwnotebook.shared.events import Event, EventSink, WorkerState, WorkerStateChanged
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +337,7 @@ class AsyncCluster:
                 log.debug("worker %d did not release", worker.index, exc_info=True)
         await asyncio.gather(*(release(w) for w in workers))
 
-    def _set_state(self, index: int, state: str, error: str = "") -> None:
+    def _set_state(self, index: int, state: WorkerState, error: str = "") -> None:
         self._observe(WorkerStateChanged(worker=index, state=state, error=error))
 
     def _observe(self, event: Event) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
 from mwnotebook.engine.connection import ExecutionOutcome, MessageCallback
@@ -25,13 +25,14 @@ from mwnotebook.errors import (
     ClusterInterrupted,
     ClusterRunError,
     ClusterTimeoutError,
+    FailureKind,
     WorkerDiedError,
     WorkerError,
     WorkerFailure,
     order_failures,
 )
 from mwnotebook.launchers.base import KernelHandle
-from mwnotebook.shared.events import EventSink, WorkerStateChanged
+from mwnotebook.shared.events import EventSink, WorkerState, WorkerStateChanged
 
 #: How often worker processes are checked for death while a cell runs.
 LIVENESS_POLL_SECONDS = 0.2
@@ -54,6 +55,10 @@ class RunWorker(Protocol):
                       user_expressions: dict[str, str] | None = None) -> ExecutionOutcome: ...
 
 
+#: What ended the wait for a cell's workers (see :class:`CellVerdict`).
+Trigger = Literal["failure", "died", "timeout", "interrupted"]
+
+
 @dataclass
 class CellVerdict:
     """How a cell ended on the cluster.
@@ -63,7 +68,7 @@ class CellVerdict:
     """
 
     result: RunResult
-    trigger: str | None = None
+    trigger: Trigger | None = None
     failures: list[WorkerFailure] = field(default_factory=list)
     #: Some worker died, had to be interrupted, or is in a state TensorFlow cannot recover from:
     #: the workers cannot be kept as they are.
@@ -113,7 +118,7 @@ class CellRun:
         self.interrupted: set[int] = set()
         self.unresponsive: set[int] = set()
 
-    def _state(self, index: int, state: str, error: str = "") -> None:
+    def _state(self, index: int, state: WorkerState, error: str = "") -> None:
         self.emit(WorkerStateChanged(worker=index, state=state, error=error))
 
     def _on_output(self, index: int) -> MessageCallback:
@@ -186,7 +191,7 @@ class CellRun:
         return bool(self.dead)
 
     async def _wait(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]],
-                    deadline: float | None) -> str | None:
+                    deadline: float | None) -> Trigger | None:
         abort_wait: asyncio.Future[Any] = asyncio.ensure_future(self.abort.wait())
         try:
             while True:
@@ -238,7 +243,7 @@ class CellRun:
                 task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
 
-    def _failures(self, trigger: str) -> list[WorkerFailure]:
+    def _failures(self, trigger: Trigger) -> list[WorkerFailure]:
         """Each worker's fault, the cause first (see :func:`mwnotebook.errors.order_failures`)."""
         failures: list[WorkerFailure] = []
         frozen: dict[int, str] = {}
@@ -253,7 +258,7 @@ class CellRun:
                 failures.append(WorkerFailure(i, "unresponsive", seen_at=at,
                                               exit_description=w.handle.exit_description() or frozen[i]))
             elif i in self.interrupted and not _lost_a_peer(outcome):
-                kind = "timeout" if trigger == "timeout" else "interrupted"
+                kind: FailureKind = "timeout" if trigger == "timeout" else "interrupted"
                 failures.append(WorkerFailure(i, kind, ename=outcome.ename if outcome else "",
                                               evalue=outcome.evalue if outcome else "",
                                               traceback=outcome.traceback if outcome else [], seen_at=at))

@@ -200,6 +200,6 @@ def _kill_all_at_exit() -> None:
     for cluster in list(_live):
         if cluster.started:
             try:
-                cluster._loop.run(cluster._core.kill(), timeout=10)
+                cluster._loop.run(cluster._core.kill(), timeout=10)  # noqa: SLF001 - this module's own class
             except Exception:  # best effort at exit
                 log.debug("could not stop a cluster at exit", exc_info=True)

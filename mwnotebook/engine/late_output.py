@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mwnotebook.shared.events import METRICS_MIME
+from mwnotebook.shared.events import METRICS_MIME, IOPubContent, OutputMsgType
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ class LateItem:
     """One late output message of ``worker``; ``cut_note`` when it stands for output that was cut."""
 
     worker: int
-    msg_type: str
-    content: dict[str, Any]
+    msg_type: OutputMsgType
+    content: IOPubContent
     origin: LateOrigin
     log_path: str = ""
     cut_note: bool = False
@@ -58,7 +58,7 @@ class LateItem:
 LateSink = Callable[[LateItem], None]
 
 
-def _size(msg_type: str, content: dict[str, Any]) -> int:
+def _size(msg_type: str, content: IOPubContent) -> int:
     if msg_type == "stream":
         return len(content.get("text", ""))
     return len(str(content.get("data", {}).get("text/plain", ""))) + 1

@@ -50,13 +50,13 @@ def _with_live_curves(fit: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             self._mwnotebook_in_fit = False
 
-    fit_with_live_curves._mwnotebook_wrapped = True  # type: ignore[attr-defined]
+    fit_with_live_curves.mwnotebook_wrapped = True  # type: ignore[attr-defined]
     return fit_with_live_curves
 
 
 def _patch_fit_with_live_curves(training: ModuleType) -> None:
     model = training.Model
-    if not getattr(model.fit, "_mwnotebook_wrapped", False):
+    if not getattr(model.fit, "mwnotebook_wrapped", False):
         model.fit = _with_live_curves(model.fit)
 
 

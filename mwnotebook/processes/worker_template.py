@@ -85,7 +85,7 @@ class Template:
         while True:
             events = poller.poll(PARENT_POLL_SECONDS * 1000)
             self._reap()
-            if self._parent_gone():
+            if self.parent_gone():
                 return
             for fd, _ in events:
                 if fd == self._wake_r:
@@ -99,7 +99,7 @@ class Template:
                         line, self._buffer = self._buffer.split(b"\n", 1)
                         self._handle(json.loads(line))
 
-    def _parent_gone(self) -> bool:
+    def parent_gone(self) -> bool:
         if os.getppid() != self.parent_pid:
             return True
         if self.parent_fd is not None:
@@ -136,7 +136,7 @@ class Template:
         from mwnotebook.config.tf_config import PortReservation
 
         reservation = PortReservation.reserve(count)
-        for port, sock in zip(reservation.ports, reservation._sockets):
+        for port, sock in zip(reservation.ports, reservation.sockets):
             self.held_ports[port] = sock
         return reservation.ports
 
@@ -173,7 +173,8 @@ class Template:
         _show_as_worker(os.getppid())
         sys.argv = [worker_kernel.__file__, *argv]
         worker_kernel.serve(argv)
-        atexit._run_exitfuncs()  # what interpreter exit would do; the caller then leaves with os._exit
+        # what interpreter exit would do; the caller then leaves with os._exit (atexit has no public call)
+        atexit._run_exitfuncs()  # noqa: SLF001
 
 
 def _pidfd(pid: int) -> int | None:
@@ -282,7 +283,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for kernels
     channel = socket.socket(fileno=args.channel)
     template = Template(channel, args.parent)
-    if template._parent_gone():
+    if template.parent_gone():
         return
     if args.netns:
         from mwnotebook.processes.netns_holder import bring_loopback_up

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 #: Set on a model whose tf_keras step functions already give global metric values per batch
 #: (by the worker's hook, mwnotebook/processes/runtime/keras_global_logs.py).
-GLOBAL_LOGS_ATTR = "_mwnotebook_global_logs"
+GLOBAL_LOGS_ATTR = "mwnotebook_global_logs"
 
 
 def _mean_of_parts(n: int, *parts: Any) -> float:
@@ -109,7 +109,7 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
             self._reporter = reporter()
 
         def on_train_begin(self, logs: Any = None) -> None:
-            self._reporter._install_hook()
+            self._reporter.install_hook()
             self._strategy = getattr(self.model, "distribute_strategy", None)
             summed = _logs_are_summed(self.model, self._strategy)
             self._divisor = float(self._strategy.num_replicas_in_sync) if summed else 1.0

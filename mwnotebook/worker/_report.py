@@ -91,7 +91,7 @@ class Reporter:
             self._report_from_graph(step, metrics)
             return
         if self._hooked_shell is None:
-            self._install_hook()
+            self.install_hook()
         self.add(step, {k: _snapshot(v) for k, v in metrics.items()})
 
     def add(self, step: Any, values: dict[str, Any], *, extra: dict[str, Any] | None = None) -> None:
@@ -126,7 +126,7 @@ class Reporter:
             return []
 
         # Install the hook now, from the Python thread that traces (the cell's thread).
-        self._install_hook()
+        self.install_hook()
         tf.py_function(_buffer, inputs, Tout=[], name="mwnotebook_report")
 
     # -- flushing ----------------------------------------------------------------------------
@@ -168,7 +168,7 @@ class Reporter:
         self._timer = timer
         timer.start()
 
-    def _install_hook(self) -> None:
+    def install_hook(self) -> None:
         if self._hooked_shell is not None:
             return
         try:

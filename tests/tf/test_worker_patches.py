@@ -23,11 +23,11 @@ import tqdm.notebook, tqdm.std
 state = {
     "before": before,
     "tensorflow_log_level": logging.getLogger("tensorflow").level,
-    "global_logs": getattr(training.reduce_per_replica, "_mwnotebook_first_for_metrics", False)
-                   and getattr(training.Model.evaluate, "_mwnotebook_global_logs", False),
-    "live_curves": getattr(training.Model.fit, "_mwnotebook_wrapped", False),
-    "fresh_collective_keys": getattr(cars.CollectiveAllReduceStrategy.__init__, "_mw_fresh_keys", False),
-    "collective_ops_once": getattr(context.Context.enable_collective_ops, "_mw_once", False),
+    "global_logs": getattr(training.reduce_per_replica, "mwnotebook_first_for_metrics", False)
+                   and getattr(training.Model.evaluate, "mwnotebook_global_logs", False),
+    "live_curves": getattr(training.Model.fit, "mwnotebook_wrapped", False),
+    "fresh_collective_keys": getattr(cars.CollectiveAllReduceStrategy.__init__, "mwnotebook_fresh_keys", False),
+    "collective_ops_once": getattr(context.Context.enable_collective_ops, "mwnotebook_once", False),
     "tqdm_text_bar": tqdm.notebook.tqdm is tqdm.std.tqdm,
 }
 print("STATE " + json.dumps(state))

@@ -36,7 +36,7 @@ from mwnotebook.frontend.text.relay import (
     render_line,
     worker_label,
 )
-from mwnotebook.shared.events import Event, WorkerOutput
+from mwnotebook.shared.events import Event, IOPubContent, WorkerOutput
 
 #: Display updates per second and worker, at most.
 UPDATES_PER_S = 10.0
@@ -306,7 +306,7 @@ class WorkerOutputAreas:
         if timer is not None:
             timer.cancel()
 
-    def _show_rich(self, worker: int, msg_type: str, content: dict[str, Any]) -> None:
+    def _show_rich(self, worker: int, msg_type: str, content: IOPubContent) -> None:
         transient = dict(content.get("transient") or {})
         if "display_id" in transient:  # the worker's own ids, kept apart from other workers'
             transient["display_id"] = f"mw-{self._prefix}-w{worker}-{transient['display_id']}"

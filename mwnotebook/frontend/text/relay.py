@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from mwnotebook.shared.events import Event, WorkerOutput
+from mwnotebook.shared.events import Event, IOPubContent, WorkerOutput
 
 DisplayFn = Callable[[dict[str, Any], dict[str, Any]], None]
 
@@ -248,7 +248,7 @@ class TextRelay:
             elif "text/plain" in data:
                 self._write("stdout", data["text/plain"] + "\n")
 
-    def late(self, worker: int, origin: str, msg_type: str, content: dict[str, Any]) -> None:
+    def late(self, worker: int, origin: str, msg_type: str, content: IOPubContent) -> None:
         """Output ``worker`` sent after ``origin`` had ended, labelled so (see engine/late_output.py)."""
         if msg_type == "stream":
             self._write(content.get("name", "stdout"), late_lines(worker, origin, content.get("text", "")))

@@ -360,7 +360,7 @@ class LocalLauncher:
     async def _fall_back(self, index: int, exc: Exception) -> None:
         """The template could not fork: go on with fresh interpreters, unless that would split the
         cluster between two network namespaces (its workers forked earlier are still running)."""
-        if self._private_template is not None and any(h._alive_now() for h in self._forked):
+        if self._private_template is not None and any(h._alive_now() for h in self._forked):  # noqa: SLF001 - same module
             raise ClusterStartError(
                 f"worker {index}: {exc}. Other workers of this cluster are running in its network "
                 "namespace; run the cell again to start all of them afresh", worker=index) from None

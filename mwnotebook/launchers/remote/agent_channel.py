@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncssh
 
-from mwnotebook.launchers.remote.agent_events import next_agent_event
+from mwnotebook.launchers.remote.agent_events import AgentEvent, next_agent_event
 from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
 
@@ -70,7 +70,7 @@ class Agent:
                 self._stderr.append(chunk)
                 del self._stderr[:-8]
 
-    async def next_event(self) -> dict[str, Any] | None:
+    async def next_event(self) -> AgentEvent | None:
         """The next JSON event, or None when the channel closed."""
         return await next_agent_event(self.process.stdout.readline, self.host)
 

@@ -69,6 +69,11 @@ class SSHKernelHandle:
         reason = loss_reason(self._conn, self._keepalive_seconds) if self._conn else ""
         return f"lost the SSH connection to {self.host}" + (f": {reason}" if reason else "")
 
+    @property
+    def ended(self) -> bool:
+        """The kernel is gone (its agent reported an exit, or its channel closed)."""
+        return self._ended.is_set()
+
     async def is_alive(self) -> bool:
         return not self._ended.is_set()
 

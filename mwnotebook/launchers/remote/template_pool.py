@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
 from mwnotebook.launchers.local.template_pool import READY_TIMEOUT, startup_key, template_env
+from mwnotebook.launchers.remote.agent_events import AgentEvent
 from mwnotebook.processes import shipped
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class AgentChannel(Protocol):
 
     def configure(self, config: Mapping[str, Any]) -> None: ...
 
-    async def next_event(self) -> dict[str, Any] | None: ...
+    async def next_event(self) -> AgentEvent | None: ...
 
     async def close(self) -> None: ...
 

@@ -112,7 +112,7 @@ class SlurmAllocation:
             if line_task is not None:
                 line_task.cancel()
         if proc.returncode == 127:
-            raise shell._not_found("salloc")
+            raise shell.not_found("salloc")
         if proc.returncode != 0 or not job:
             if job:
                 await _cancel(shell, job)

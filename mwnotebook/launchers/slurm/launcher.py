@@ -37,7 +37,7 @@ from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.remote.agent_channel import AGENT_PING_SECONDS, AGENT_SILENCE_LIMIT, agent_error
-from mwnotebook.launchers.remote.agent_events import gather_port_holders, next_agent_event
+from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders, next_agent_event
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.slurm.job import SlurmAllocation
 from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmProcess, SlurmShell
@@ -93,7 +93,7 @@ class SrunAgent:
                 self._stderr.append(chunk.decode(errors="replace"))
                 del self._stderr[:-8]
 
-    async def next_event(self) -> dict[str, Any] | None:
+    async def next_event(self) -> AgentEvent | None:
         return await next_agent_event(self.process.stdout.readline, self.host)
 
     async def why_it_ended(self, python: str) -> str:
@@ -249,7 +249,7 @@ class SlurmLauncher:
         log.info("TensorFlow addresses: %s", addresses)
         return addresses
 
-    async def _first_event(self, agent: SrunAgent, node: str, timeout: float) -> dict[str, Any]:
+    async def _first_event(self, agent: SrunAgent, node: str, timeout: float) -> AgentEvent:
         try:
             event = await asyncio.wait_for(agent.next_event(), timeout)
         except asyncio.TimeoutError:
@@ -309,7 +309,7 @@ class SlurmLauncher:
         handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), listeners, info)  # type: ignore[arg-type]
         handle.shell = self.shell
         handle.remote_dir = str(event.get("dir", ""))
-        self._handles = [h for h in self._handles if not h._ended.is_set()] + [handle]
+        self._handles = [h for h in self._handles if not h.ended] + [handle]
         log.info("worker %d: kernel pid %s on %s (job %s)", index, handle.pid, node, allocation.job_id)
         return handle
 

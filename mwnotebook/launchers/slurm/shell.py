@@ -116,12 +116,12 @@ class SlurmShell:
             proc.kill()
             raise ClusterStartError(f"`{' '.join(argv)}` gave no answer within {timeout:.0f} s") from None
         if proc.returncode == 127:
-            raise self._not_found(argv[0])
+            raise self.not_found(argv[0])
         if proc.returncode != 0:
             raise ClusterStartError(f"`{' '.join(argv)}` failed: {err.decode(errors='replace').strip()}")
         return out.decode(errors="replace")
 
-    def _not_found(self, name: str) -> ClusterStartError:
+    def not_found(self, name: str) -> ClusterStartError:
         return ClusterStartError(f"{name} was not found on {self.where}: --slurm needs the Slurm client "
                                  "commands (salloc, srun, scontrol, squeue, scancel) there")
 
@@ -146,7 +146,7 @@ class LocalSlurm(SlurmShell):
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=1 << 22)
         except FileNotFoundError:
-            raise self._not_found(argv[0]) from None
+            raise self.not_found(argv[0]) from None
         return SlurmProcess(process, remote=False)
 
 

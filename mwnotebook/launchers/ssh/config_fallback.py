@@ -20,9 +20,11 @@ _DEFAULT_IDENTITIES = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed
 
 
 class _FullerClientConfig(SSHClientConfig):
-    _handlers = dict(SSHClientConfig._handlers)
-    _handlers["stricthostkeychecking"] = ("StrictHostKeyChecking", SSHConfig._set_string)
-    _handlers["hashknownhosts"] = ("HashKnownHosts", SSHConfig._set_string)
+    # asyncssh's config parser has no public way to learn two more options: extend its own
+    # (private) handler table with its own string setter.
+    _handlers = dict(SSHClientConfig._handlers)  # noqa: SLF001
+    _handlers["stricthostkeychecking"] = ("StrictHostKeyChecking", SSHConfig._set_string)  # noqa: SLF001
+    _handlers["hashknownhosts"] = ("HashKnownHosts", SSHConfig._set_string)  # noqa: SLF001
 
 
 def _text(value: Any) -> str:

@@ -42,7 +42,7 @@ from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.remote.agent_channel import Agent, agent_error
-from mwnotebook.launchers.remote.agent_events import gather_port_holders
+from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
 from mwnotebook.launchers.remote.kernel_handle import SSHKernelHandle
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, open_connection
@@ -242,7 +242,7 @@ class SSHLauncher:
         await asyncio.gather(*(h.close() for h in holders), *(a.close() for _, a in spares),
                              return_exceptions=True)
 
-    async def _first_event(self, agent: Agent, spec: HostSpec, timeout: float) -> dict[str, Any]:
+    async def _first_event(self, agent: Agent, spec: HostSpec, timeout: float) -> AgentEvent:
         """The agent's first event, raising ClusterStartError (naming the host) for failures."""
         try:
             event = await asyncio.wait_for(agent.next_event(), timeout)
@@ -312,7 +312,7 @@ class SSHLauncher:
         handle = SSHKernelHandle(index, spec, agent, int(event["pid"]), listeners, info, conn,
                                  self.keepalive_interval * (self.keepalive_count_max + 1))
         handle.remote_dir = str(event.get("dir", ""))
-        self._handles = [h for h in self._handles if not h._ended.is_set()] + [handle]
+        self._handles = [h for h in self._handles if not h.ended] + [handle]
         log.info("worker %d: kernel pid %s on %s", index, handle.pid, spec.target)
         return handle
 

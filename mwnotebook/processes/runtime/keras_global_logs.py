@@ -38,7 +38,7 @@ from typing import Any
 #: The switch shared with the automatic Keras callback (``mw.auto_keras_callback(False)`` sets it to 0).
 SWITCH_ENV = "MWNOTEBOOK_AUTO_KERAS_CALLBACK"
 #: Set on a model whose step functions give global metric values (read by ``mw.keras_callback``).
-GLOBAL_LOGS_ATTR = "_mwnotebook_global_logs"
+GLOBAL_LOGS_ATTR = "mwnotebook_global_logs"
 TRAINING_MODULE = "tf_keras.src.engine.training"
 ENTRY_POINTS = ("fit", "evaluate", "train_on_batch", "test_on_batch")
 
@@ -76,7 +76,7 @@ def _first_replica_for_metrics(original: Callable[..., Any], training: ModuleTyp
     reduce_per_replica.__doc__ = original.__doc__
     # plain Python over the step's outputs at trace time: nothing for AutoGraph to convert
     patched: Callable[..., Any] = training.tf.autograph.experimental.do_not_convert(reduce_per_replica)
-    patched._mwnotebook_first_for_metrics = True  # type: ignore[attr-defined]
+    patched.mwnotebook_first_for_metrics = True  # type: ignore[attr-defined]
     return patched
 
 
@@ -96,17 +96,17 @@ def _traced_with_global_logs(method: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             _tracing_model.reset(token)
 
-    with_global_logs._mwnotebook_global_logs = True  # type: ignore[attr-defined]
+    with_global_logs.mwnotebook_global_logs = True  # type: ignore[attr-defined]
     return with_global_logs
 
 
 def patch_training_module(training: ModuleType) -> None:
     """Install the fix into ``tf_keras.src.engine.training`` (idempotent)."""
     reduce = training.reduce_per_replica
-    if not getattr(reduce, "_mwnotebook_first_for_metrics", False):
+    if not getattr(reduce, "mwnotebook_first_for_metrics", False):
         training.reduce_per_replica = _first_replica_for_metrics(reduce, training)  # type: ignore[attr-defined]
     model = training.Model
     for name in ENTRY_POINTS:
         method = getattr(model, name)
-        if not getattr(method, "_mwnotebook_global_logs", False):
+        if not getattr(method, "mwnotebook_global_logs", False):
             setattr(model, name, _traced_with_global_logs(method))

@@ -33,7 +33,7 @@ def _count(msg_id: str, stream: str, chars: int) -> None:
 def _patch_out_stream() -> None:
     from ipykernel.iostream import OutStream
 
-    if getattr(OutStream.write, "_mw_counted", False):
+    if getattr(OutStream.write, "mwnotebook_counted", False):
         return
     original = OutStream.write
 
@@ -47,7 +47,7 @@ def _patch_out_stream() -> None:
             pass
         return written
 
-    write._mw_counted = True  # type: ignore[attr-defined]
+    write.mwnotebook_counted = True  # type: ignore[attr-defined]
     OutStream.write = write  # type: ignore[method-assign]
 
 
@@ -56,7 +56,7 @@ def _patch_iopub_high_water_mark() -> None:
     import zmq
     from ipykernel.kernelapp import IPKernelApp
 
-    if getattr(IPKernelApp.init_iopub, "_mw_unbounded", False):
+    if getattr(IPKernelApp.init_iopub, "mwnotebook_unbounded", False):
         return
     original: Callable[[Any, Any], None] = IPKernelApp.init_iopub
 
@@ -67,7 +67,7 @@ def _patch_iopub_high_water_mark() -> None:
         finally:
             context.sockopts.pop(zmq.SNDHWM, None)
 
-    init_iopub._mw_unbounded = True  # type: ignore[attr-defined]
+    init_iopub.mwnotebook_unbounded = True  # type: ignore[attr-defined]
     IPKernelApp.init_iopub = init_iopub  # type: ignore[method-assign]
 
 

@@ -306,7 +306,7 @@ class Kernel:
         #: Why the kernel is a fresh interpreter although a template was named ('' otherwise).
         self.template_note = ""
         self.proc = self._from_template(config.get("template"), env, cwd) or self._fresh(env, cwd)
-        self._killed = False
+        self.killed = False
 
     def _fresh(self, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
         with open(self.log_path, "wb") as log:
@@ -351,7 +351,7 @@ class Kernel:
                     pass
 
     def kill(self) -> None:
-        self._killed = True
+        self.killed = True
         if isinstance(self.proc, ForkedProcess):
             self.proc.killed = True
         self.signal(signal.SIGKILL)
@@ -409,7 +409,7 @@ def run_kernel(config: dict[str, Any]) -> int:
              forked=isinstance(kernel.proc, ForkedProcess), note=kernel.template_note)
         rc = kernel.proc.wait()
         send("exit", returncode=rc, description=describe(rc),
-             log="" if kernel._killed else _tail(kernel.log_path))
+             log="" if kernel.killed else _tail(kernel.log_path))
         return 0
     finally:
         kernel.cleanup()
