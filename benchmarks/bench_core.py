@@ -1,4 +1,4 @@
-"""Core benchmarks, measured side by side in one run (issue 6 part A, and the numbers of issue 2).
+"""Core benchmarks, measured side by side in one run.
 
     python benchmarks/bench_core.py [--repeats 3] [--quick]
 

@@ -1,4 +1,4 @@
-"""Worker templates (issue 13), measured side by side in one run against today's start and the hand launch.
+"""Worker templates, measured side by side in one run against today's start and the hand launch.
 
     python benchmarks/bench_template.py [--repeats 3] [--steps 300]
 

@@ -1,4 +1,4 @@
-"""Where a first ``%%mwtrain`` seed cell's time goes with worker templates (issue 13).
+"""Where a first ``%%mwtrain`` seed cell's time goes with worker templates.
 
     python benchmarks/first_cell_breakdown.py
 

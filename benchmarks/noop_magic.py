@@ -8,7 +8,7 @@ runs) executes, alternately and side by side,
 * ``mw_cluster.run("pass")`` (the Python API on the same warm cluster),
 
 each as one cell, timed by the client from execute request to idle. Medians of ``--repeats`` pairs
-for N = 2 and N = 8 workers. Target (issue 11): magic <= API + 2 ms.
+for N = 2 and N = 8 workers. Target: magic <= API + 2 ms.
 
 Usage: python benchmarks/noop_magic.py [--repeats 40] [--workers 2 8]
 Writes benchmarks/results/noop_magic.json. Not a test: it asserts nothing.

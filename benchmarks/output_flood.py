@@ -1,4 +1,4 @@
-"""Flushed-output flood (issue 12, item 5): 2 workers x N ``print(i, flush=True)`` through
+"""Flushed-output flood: 2 workers x N ``print(i, flush=True)`` through
 ``Cluster.run`` against two plain ipykernel kernels printing the same, read with jupyter_client,
 side by side in one run. Reports seconds, lines received (negative: no idle status ever came, the
 plain client gave up after 10 s of silence, which is included in its time) and the ratio.

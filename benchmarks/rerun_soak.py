@@ -5,7 +5,7 @@ timeout, and count identical results, hangs (timeout) and aborts (any other fail
     python benchmarks/rerun_soak.py --cell fit --count 200
 
 ``MWNOTEBOOK_COLLECTIVE_KEY_SPACING=0`` in the environment turns the workers' fresh-key-base
-patch off (the state before issue 12), to measure the failure rate without it.
+patch off (the state before mwnotebook/processes/runtime/collective_keys.py), to measure the failure rate without it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Export a ``%%mwtrain`` cell as a plain cluster job: what seeds/002 writes by hand.
+"""Export a ``%%mwtrain`` cell as a plain cluster job: what the seed tutorial writes by hand
+(its scripts as benchmarks/_common.py writes them, its program in tests/data/seed_train.py).
 
 :func:`export_cell` writes into one directory:
 

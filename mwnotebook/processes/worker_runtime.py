@@ -1,4 +1,4 @@
-"""What a worker process sets up for itself at start, before ipykernel runs (issue 12).
+"""What a worker process sets up for itself at start, before ipykernel runs.
 
 - ``MWNOTEBOOK_WORKER=1``: the process knows it is a worker (``%load_ext mwnotebook`` is refused).
 - its future descendants are contained: they end with it (mwnotebook/processes/runtime/containment.py);

@@ -1,4 +1,4 @@
-"""A tf_keras fit cell that rebuilds its strategy and model on every run (issue 12 rerun soak)."""
+"""A tf_keras fit cell that rebuilds its strategy and model on every run (the rerun soak, tests/reliability/test_rerun_soak.py)."""
 import numpy as np
 import tensorflow as tf
 

@@ -1,4 +1,4 @@
-# The training program of seeds/002 (multiworker_train.py, steps 3-7), verbatim. Reads TF_CONFIG.
+# The training program of the seed tutorial (its multiworker_train.py, steps 3-7), verbatim. Reads TF_CONFIG.
 import json
 import os
 

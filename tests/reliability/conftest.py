@@ -1,4 +1,4 @@
-"""Fault injection on real two-worker TensorFlow clusters (issue 4, "Fault scenarios").
+"""Fault injection on real two-worker TensorFlow clusters (the table: benchmarks/reliability_table.md).
 
 Every scenario records one row -- scenario, limit, seconds to detection, seconds until the cell
 failed, whether the next cell succeeded, orphan processes left -- *before* it asserts, so the table

@@ -1,4 +1,4 @@
-"""Scenarios 1-4 and 9b of issue 4 on one real two-worker TensorFlow cluster (Python API).
+"""Scenarios 1-4 and 9b of benchmarks/reliability_table.md on one real two-worker TensorFlow cluster (Python API).
 
 The scenarios share one cluster on purpose: each fault must leave it usable, and "recovered" means
 exactly that -- the seed cell run right after the fault, on the same ``Cluster`` object, prints the

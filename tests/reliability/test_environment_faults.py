@@ -1,4 +1,4 @@
-"""Scenarios 9a and 10 of issue 4: a worker interpreter without TensorFlow, and garbage input.
+"""Scenarios 9a and 10 of benchmarks/reliability_table.md: a worker interpreter without TensorFlow, and garbage input.
 
 9a uses a real virtual environment made WITHOUT system site packages (so it cannot see this
 machine's TensorFlow), with only ipykernel installed by pip and mwnotebook put on its path by a

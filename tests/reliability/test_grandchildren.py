@@ -1,4 +1,4 @@
-"""Issue 12, item 6 (and the nested-%%mwtrain part of item 7): nothing a worker cell starts survives its notebook.
+"""Contained grandchildren (mwnotebook/processes/runtime/containment.py), and a refused nested %%mwtrain: nothing a worker cell starts survives its notebook.
 
 A worker cell starts ``subprocess.Popen(["sleep", ...])``; the ``sleep`` must end on
 ``%mwcluster stop`` / ``Cluster.stop``, on a group restart, on a normal exit of the notebook kernel

@@ -1,4 +1,4 @@
-"""Scenarios 5-8 of issue 4, driven through real notebook kernels.
+"""Scenarios 5-8 of benchmarks/reliability_table.md, driven through real notebook kernels.
 
 Each "notebook" is a python3 kernel started with jupyter_client, exactly what JupyterLab's front end
 talks to: ``%load_ext mwnotebook``, then ``%%mwtrain --workers 2 --cpu`` cells. The interrupt is

@@ -1,4 +1,4 @@
-"""Issue 12, item 5: worker output is never lost and never hangs the cell.
+"""Worker output is never lost and never hangs the cell.
 
 Two workers each print 20,000 lines with ``flush=True`` (one IOPub message per line), ten times in a
 row. Before: 2 runs of 5 hung, 3 lost 21-53 % of one worker's lines. Every line must now be in the

@@ -1,4 +1,4 @@
-"""Issue 12, item 1: warm reruns never hang or abort.
+"""Warm reruns never hang or abort.
 
 Every MultiWorkerMirroredStrategy used to start its collective group keys at 1, so a rerun's new
 strategy shared group keys with the previous one in the same process (about 1 rerun in 40-80 hung

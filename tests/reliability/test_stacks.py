@@ -1,4 +1,4 @@
-"""Issue 12, item 2: a hung cell explains itself.
+"""A hung cell explains itself.
 
 Worker 1 sleeps before the collective; worker 0 blocks in the all-reduce waiting for it. While the
 cell hangs, ``Cluster.stacks()`` shows worker 0's main thread inside TensorFlow's collective code

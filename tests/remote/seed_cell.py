@@ -1,5 +1,4 @@
-"""The training cell of the two-worker tutorial (shared/seeds/002_f955710f5de91fc1.txt, kept verbatim
-in tests/data/seed_train.py) and the line each worker must print."""
+"""The training cell of the two-worker seed tutorial (kept verbatim in tests/data/seed_train.py) and the line each worker must print."""
 
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""The exported launchers, run with bash like seeds/002, reproduce the seed's published result lines."""
+"""The exported launchers, run with bash as the seed tutorial runs its scripts, reproduce the seed's published result lines."""
 
 from __future__ import annotations
 

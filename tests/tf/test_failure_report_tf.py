@@ -63,7 +63,7 @@ def test_failure_report_on_real_workers(tf_cluster, tmp_path) -> None:
     [peer] = others
     assert peer.worker == 0 and peer.kind in ("consequence", "interrupted"), peer
     rendered = plain(err._render_traceback_())
-    # A worker that ignored its interrupt also gets its stacks attached (issue 12), after the summary.
+    # A worker that ignored its interrupt also gets its stacks attached, after the summary.
     summary = rendered[:rendered.index("Worker stacks at that moment:")] \
         if "Worker stacks at that moment:" in rendered else rendered
     about_0 = [line for line in summary if "worker 0" in line]

@@ -1,4 +1,4 @@
-"""Worker templates (issue 13): workers forked from a process that has TensorFlow imported.
+"""Worker templates: workers forked from a process that has TensorFlow imported.
 
 Real templates, real forked kernels, real two-worker MultiWorkerMirroredStrategy runs on CPU.
 """

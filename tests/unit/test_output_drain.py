@@ -1,4 +1,4 @@
-"""A lost IOPub message can never hold a cell (issue 12, item 5): Worker.execute with a fake client.
+"""A lost IOPub message can never hold a cell: Worker.execute with a fake client.
 
 The execute_reply ends the run; IOPub is drained only while messages keep coming, and a missing
 ``idle`` is reported as incomplete output instead of waiting forever. The worker's own count of what

@@ -4,7 +4,8 @@ Workers run tf_keras (``TF_USE_LEGACY_KERAS=1``, set by default when tf_keras is
 ``fit`` fails under MultiWorkerMirroredStrategy). A notebook on Keras 3 then cannot use what the
 chief saves: ``tf.keras.models.load_model`` refuses the legacy SavedModel, and
 ``tf.train.Checkpoint(model=...).restore()`` restores none of the weights *without an error*
-(measured, issue 11). TensorFlow picks its Keras when it loads, so the choice must be made before
+(measured; notebooks/07_official_tutorial_flows.ipynb loads what the chief saved).
+TensorFlow picks its Keras when it loads, so the choice must be made before
 the notebook imports TensorFlow: at ``%load_ext mwnotebook``.
 """
 

@@ -1,4 +1,4 @@
-"""What a worker process does for itself (issue 12), installed by ``processes/worker_runtime.py``.
+"""What a worker process does for itself, installed by ``processes/worker_runtime.py``.
 
 Kept out of ``mwnotebook.worker``, whose package imports numpy: a worker's Python without numpy or
 TensorFlow must still start (and say what is missing when the cell runs).

@@ -1,6 +1,7 @@
 """Give every MultiWorkerMirroredStrategy a collective key range of its own.
 
-Measured (DESIGN.md, issue 12): each strategy instance starts its collective group keys at
+Measured (benchmarks/rerun_soak.py, results in benchmarks/README.md):
+each strategy instance starts its collective group keys at
 ``1 + CollectiveAllReduceStrategy._collective_key_base`` (a class attribute, 0 by default). A cell
 that builds a new strategy on every run therefore reuses group 1 in the same process, while the old
 strategy's collectives or rendezvous may still be alive: about 1 rerun in 40-80 hung or aborted with

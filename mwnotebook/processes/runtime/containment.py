@@ -1,6 +1,7 @@
 """Nothing a worker cell starts outlives the worker.
 
-Measured (issue 12): a cell's ``subprocess.Popen(["sleep", "1000"])`` survived its worker when the
+Measured (tests/reliability/test_grandchildren.py, before this module):
+a cell's ``subprocess.Popen(["sleep", "1000"])`` survived its worker when the
 worker was ended by ``PR_SET_PDEATHSIG`` (notebook kernel SIGKILLed, or exiting): the ``sleep`` was
 re-parented to pid 1 and kept running, carrying ``TF_CONFIG``. Only a kill of the worker's whole
 process group (what ``%mwcluster stop`` does) took it along.

@@ -1,6 +1,6 @@
 """Keras callbacks (the progress bar too) see each metric's global value, not N times it.
 
-Measured (tf_keras 2.21, MultiWorkerMirroredStrategy, 2 workers, see DESIGN.md): every metric a
+Measured (tf_keras 2.21, MultiWorkerMirroredStrategy, 2 workers; tests/tf/test_keras_global_logs.py): every metric a
 tf_keras ``train_step``/``test_step`` returns is already the global value on each replica -- the
 metrics' ``result()`` is wrapped in a ``merge_call`` that aggregates their state over all replicas
 (``tf_keras/src/utils/metrics_utils.py: result_wrapper``). ``fit``'s default reduction of the step's
