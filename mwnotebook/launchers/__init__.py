@@ -1,4 +1,5 @@
-"""How worker kernels are started: on this machine or on other hosts over SSH."""
+"""How worker kernels are started: ``local`` (this machine), ``ssh`` (other hosts), ``slurm`` (job steps
+of an allocation), ``remote`` (what SSH and Slurm share); ``base`` declares what a launcher provides."""
 
 from __future__ import annotations
 
