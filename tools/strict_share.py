@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser as a package
+    import tomli as tomllib
 
 #: The per-module flags of ``mypy --strict`` (the others are global-only). The repository's
 #: strict list before ``strict = true`` named these nine; ``disallow_subclassing_any`` (also in
