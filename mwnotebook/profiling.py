@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class CheckItem:
     """One line of the checklist: ``status`` is ``"ok"``, ``"advice"`` or ``"unknown"``."""
 
     name: str
-    status: str
+    status: Literal["ok", "advice", "unknown"]
     detail: str
     advice: str = ""
 

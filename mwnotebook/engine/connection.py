@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.connect import KernelConnectionInfo
@@ -38,7 +38,7 @@ OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "exec
 class ExecutionOutcome:
     """How one worker's execution of a cell ended."""
 
-    status: str  # "ok" | "error" | "aborted"
+    status: Literal["ok", "error", "aborted"]  # the execute_reply's status
     ename: str = ""
     evalue: str = ""
     traceback: list[str] = field(default_factory=list)
