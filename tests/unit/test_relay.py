@@ -51,3 +51,26 @@ def test_rich_output_is_labelled_and_displayed():
         relay(event)
     assert shown == [{"text/html": "<b>x</b>"}]
     assert out.getvalue() == "[worker 1] output:\n"
+
+
+def test_display_groups_match_the_kth_identical_output_of_each_worker():
+    from mwnotebook.frontend.text.grouping import DisplayGroups
+
+    groups = DisplayGroups(2)
+    a, b = {"image/png": "A"}, {"image/png": "B"}
+    assert groups.add(0, a) == (0, True)
+    assert groups.add(0, a) == (1, True)  # the same worker twice: a second figure, not a match
+    assert groups.add(1, b) == (2, True)
+    assert groups.add(1, a) == (0, False)
+    assert groups.label(0) == "[all 2 workers] " and groups.label(1) == "[worker 0] "
+    assert groups.add(1, a) == (1, False) and groups.workers(1) == [0, 1]
+
+
+def test_grouped_results_name_their_workers_and_leave_the_data_alone():
+    from mwnotebook.frontend.text.grouping import grouped_results
+
+    results = [(1, {"text/html": "<t/>", "text/plain": "x at 0x1"}, {}), (0, {"text/html": "<t/>",
+                                                                          "text/plain": "x at 0x2"}, {})]
+    [group] = grouped_results(results, 2)
+    assert group.workers == (0, 1) and group.label == "[all 2 workers] "
+    assert group.data == {"text/html": "<t/>", "text/plain": "x at 0x2"}
