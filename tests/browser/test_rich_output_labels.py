@@ -5,13 +5,16 @@ table that are the same on both, then an HTML table of their own.
 Seen on the page: every figure and table right after a visible label (``[worker 0]``,
 ``[worker 1]``), the shared figure and table once, labelled ``[all 2 workers]``. Seen in the file
 the front end saves: valid nbformat, the same labels right before the same outputs, the shared
-image stored once. Screenshots go to ``artifacts/``.
+image stored once; and the same in nbconvert's HTML export of that file (a static view, as a
+notebook viewer shows it). Screenshots go to ``artifacts/``.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -30,6 +33,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 RICH_CELL = '''%%mwtrain --workers 2 --cpu
 import os
+import re
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
@@ -174,6 +178,25 @@ def _pairs(items: list[dict]) -> list[tuple[str, dict]]:
     return pairs
 
 
+_EXPORTED = re.compile(r"mw-rich-label[^>]*>([^<]*)<|(<img[^>]*src=\"data:image/png)|(class=\"dataframe\")")
+
+
+def _exported_pairs(path: Path) -> list[tuple[str, str]]:
+    """(label, "image" | "table") for every picture and pandas table of nbconvert's HTML export of
+    the saved file, the label being the nearest label display before it with nothing in between."""
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_filename(str(path))
+    pairs, label = [], ""
+    for match in _EXPORTED.finditer(body):
+        if match.group(1) is not None:
+            label = html.unescape(match.group(1)).strip()
+            continue
+        pairs.append((label, "image" if match.group(2) else "table"))
+        label = ""
+    return pairs
+
+
 def test_each_workers_figures_and_tables_are_labelled_and_shared_ones_show_once(front_end, artifacts_dir):
     from playwright.sync_api import sync_playwright
 
@@ -236,3 +259,5 @@ def test_each_workers_figures_and_tables_are_labelled_and_shared_ones_show_once(
     assert sorted(saved) == sorted([("[worker 0]", "image"), ("[worker 1]", "image"), ("[all 2 workers]", "image"),
                                     ("[all 2 workers]", "table"), ("[worker 0]", "table"), ("[worker 1]", "table")]), saved
     assert len({o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})}) == 3
+    # nbconvert's HTML of the saved file (what a static viewer shows) has the same labels before the same outputs
+    assert sorted(_exported_pairs(server.root / name)) == sorted(saved), _exported_pairs(server.root / name)
