@@ -74,3 +74,14 @@ def test_grouped_results_name_their_workers_and_leave_the_data_alone():
     [group] = grouped_results(results, 2)
     assert group.workers == (0, 1) and group.label == "[all 2 workers] "
     assert group.data == {"text/html": "<t/>", "text/plain": "x at 0x2"}
+
+
+def test_terminal_shows_an_identical_rich_display_of_another_worker_once_and_says_so():
+    shown, out = [], io.StringIO()
+    relay = TextRelay(out, io.StringIO(), display=lambda data, meta: shown.append(data), num_workers=2)
+    fig = {"image/png": "AAAA", "text/plain": "<Figure size 640x480 with 1 Axes>"}
+    for worker, data in ((0, fig), (1, {"image/png": "BBBB", "text/plain": "<Figure>"}), (1, fig)):
+        relay(WorkerOutput(worker, "display_data", {"data": data, "metadata": {}}))
+    assert shown == [fig, {"image/png": "BBBB", "text/plain": "<Figure>"}]
+    assert out.getvalue() == ("[worker 0] output:\n[worker 1] output:\n"
+                              "[worker 1] output: the same as worker 0's above\n")

@@ -95,6 +95,10 @@ class DisplayGroups:
         groups.append(len(self._members) - 1)
         return len(self._members) - 1, True
 
+    def first(self, group: int) -> int:
+        """The worker whose display opened ``group`` (the one shown)."""
+        return self._members[group][0]
+
     def workers(self, group: int) -> list[int]:
         return sorted(self._members[group])
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from mwnotebook.frontend.text.grouping import (
+    DisplayGroups,
     Result,
     grouped_results,
     with_plain_label,
@@ -176,6 +177,7 @@ class TextRelay:
         self.num_workers = num_workers
         self._results: list[Result] = []
         self._display = display
+        self._groups = DisplayGroups(num_workers)
         self._labeller = LineLabeller(show_startup)
         self._live = _isatty(stdout) if live is None else live
         self._live_shown = False
@@ -198,10 +200,24 @@ class TextRelay:
         elif event.msg_type in ("display_data", "update_display_data"):
             data = content.get("data", {})
             if self._display is not None:
-                self._write("stdout", f"{worker_label(event.worker)}output:\n")
-                self._display(data, content.get("metadata", {}))
+                self._show_display(self._display, event.worker, event.msg_type, content)
             elif "text/plain" in data:
                 self._write("stdout", self._labeller.feed(event.worker, "stdout", data["text/plain"] + "\n"))
+
+    def _show_display(self, display: DisplayFn, worker: int, msg_type: str, content: dict[str, Any]) -> None:
+        """A worker's display, after a line saying whose it is. A rich one identical to one another
+        worker showed already is not shown again (what was printed cannot be relabelled): a line says so."""
+        data = content.get("data", {})
+        shared = msg_type == "display_data" and any(m != "text/plain" for m in data) and not (
+            content.get("transient") or {}).get("display_id")
+        if shared:
+            group, new = self._groups.add(worker, data)
+            if not new:
+                self._write("stdout", f"{worker_label(worker)}output: the same as worker "
+                                      f"{self._groups.first(group)}'s above\n")
+                return
+        self._write("stdout", f"{worker_label(worker)}output:\n")
+        display(data, content.get("metadata", {}))
 
     def flush(self) -> None:
         """The end of a run: held partial lines, then the run's results (identical ones once)."""
