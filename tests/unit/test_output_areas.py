@@ -174,3 +174,98 @@ def test_a_flood_is_thinned_on_the_page_and_the_cell_says_so():
     assert lines[-1] == "[worker 0] ... 400 lines not shown here (all are in mw_result.stdout(0))"
     assert areas.thinned == {0: 400}
 
+
+
+# -- rich output: whose it is ------------------------------------------------------------------------
+
+PNG_A, PNG_B = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg==", "iVBOR-b"
+
+
+def make_rich(num_workers=2):
+    shown: list[tuple[dict, dict]] = []
+    areas = WorkerOutputAreas(num_workers, publish=lambda b, i, u: None, show=lambda d, m, t: shown.append((d, dict(t))),
+                              stdout=io.StringIO(), stderr=io.StringIO(), clock=Clock(), show_startup=False)
+    return areas, shown
+
+
+def figure(worker, png, transient=None):
+    content = {"data": {"image/png": png, "text/plain": "<Figure size 640x480 with 1 Axes>"}, "metadata": {}}
+    if transient:
+        content["transient"] = transient
+    return WorkerOutput(worker, "display_data", content)
+
+
+def labels_in(shown):
+    """What a page shows now: label displays after their updates, and the other outputs."""
+    page: list[str] = []
+    where: dict[str, int] = {}
+    for data, transient in shown:
+        name = data["text/plain"] if "text/markdown" in data else data.get("image/png", data.get("text/html", ""))
+        if transient.get("update"):
+            page[where[transient["display_id"]]] = name
+            continue
+        if "display_id" in transient:
+            where[transient["display_id"]] = len(page)
+        page.append(name)
+    return page
+
+
+def test_each_workers_figure_comes_right_after_a_label_every_front_end_shows():
+    areas, shown = make_rich()
+    areas(figure(0, PNG_A))
+    areas(figure(1, PNG_B))
+    areas.finish()
+    assert labels_in(shown) == ["[worker 0]", PNG_A, "[worker 1]", PNG_B]
+    label, fig = shown[0][0], shown[1][0]
+    assert set(label) == {"text/plain", "text/html", "text/markdown"}
+    assert "[worker 0]" in label["text/html"] and "mw-rich-label" in label["text/html"]
+    assert label["text/markdown"] == r"**\[worker 0\]**"
+    assert fig == {"image/png": PNG_A, "text/plain": "<Figure size 640x480 with 1 Axes>"}  # as the worker sent it
+
+
+def test_identical_figures_of_all_workers_show_once_labelled_for_all():
+    areas, shown = make_rich(3)
+    for w in range(3):
+        areas(figure(w, PNG_A))
+    areas.finish()
+    assert labels_in(shown) == ["[all 3 workers]", PNG_A]
+    assert sum("image/png" in d for d, _ in shown) == 1  # the image is sent once, the label updated in place
+
+
+def test_some_workers_alike_are_named_and_the_kth_figure_matches_the_kth():
+    areas, shown = make_rich(3)
+    for w, png in ((0, PNG_A), (0, PNG_A), (1, PNG_B), (2, PNG_A), (2, PNG_A)):
+        areas(figure(w, png))
+    assert labels_in(shown) == ["[workers 0, 2]", PNG_A, "[workers 0, 2]", PNG_A, "[worker 1]", PNG_B]
+
+
+def test_html_tables_differing_only_in_memory_addresses_are_the_same():
+    areas, shown = make_rich()
+    for w in range(2):
+        areas(WorkerOutput(w, "display_data", {"data": {"text/html": "<table><td>1</td></table>",
+                                                        "text/plain": f"<HTML object at 0x7f{w}>"}}))
+    assert labels_in(shown) == ["[all 2 workers]", "<table><td>1</td></table>"]
+
+
+def test_a_display_the_worker_updates_is_labelled_per_worker_and_never_merged():
+    areas, shown = make_rich()
+    for w in range(2):
+        areas(figure(w, PNG_A, {"display_id": "fig"}))
+    areas(WorkerOutput(1, "update_display_data", {"data": {"image/png": PNG_B}, "transient": {"display_id": "fig"}}))
+    assert labels_in(shown) == ["[worker 0]", PNG_A, "[worker 1]", PNG_B]  # worker 1's copy updated alone
+    update = shown[-1]
+    assert update[1]["update"] and update[1]["display_id"].endswith("-w1-fig") and update[0] == {"image/png": PNG_B}
+
+
+def test_text_only_displays_keep_their_label_in_the_text_and_no_label_display():
+    areas, shown = make_rich()
+    areas(WorkerOutput(1, "display_data", {"data": {"text/plain": "'hello'"}}))
+    assert shown == [({"text/plain": "[worker 1] 'hello'"}, {})]
+
+
+def test_rich_results_of_all_workers_show_once_after_their_label():
+    areas, shown = make_rich()
+    for w in range(2):
+        areas(WorkerOutput(w, "execute_result", {"data": {"image/png": PNG_A, "text/plain": "<Figure>"}}))
+    areas.finish()
+    assert labels_in(shown) == ["[all 2 workers]", PNG_A]

@@ -51,3 +51,37 @@ def test_rich_output_is_labelled_and_displayed():
         relay(event)
     assert shown == [{"text/html": "<b>x</b>"}]
     assert out.getvalue() == "[worker 1] output:\n"
+
+
+def test_display_groups_match_the_kth_identical_output_of_each_worker():
+    from mwnotebook.frontend.text.grouping import DisplayGroups
+
+    groups = DisplayGroups(2)
+    a, b = {"image/png": "A"}, {"image/png": "B"}
+    assert groups.add(0, a) == (0, True)
+    assert groups.add(0, a) == (1, True)  # the same worker twice: a second figure, not a match
+    assert groups.add(1, b) == (2, True)
+    assert groups.add(1, a) == (0, False)
+    assert groups.label(0) == "[all 2 workers] " and groups.label(1) == "[worker 0] "
+    assert groups.add(1, a) == (1, False) and groups.workers(1) == [0, 1]
+
+
+def test_grouped_results_name_their_workers_and_leave_the_data_alone():
+    from mwnotebook.frontend.text.grouping import grouped_results
+
+    results = [(1, {"text/html": "<t/>", "text/plain": "x at 0x1"}, {}), (0, {"text/html": "<t/>",
+                                                                          "text/plain": "x at 0x2"}, {})]
+    [group] = grouped_results(results, 2)
+    assert group.workers == (0, 1) and group.label == "[all 2 workers] "
+    assert group.data == {"text/html": "<t/>", "text/plain": "x at 0x2"}
+
+
+def test_terminal_shows_an_identical_rich_display_of_another_worker_once_and_says_so():
+    shown, out = [], io.StringIO()
+    relay = TextRelay(out, io.StringIO(), display=lambda data, meta: shown.append(data), num_workers=2)
+    fig = {"image/png": "AAAA", "text/plain": "<Figure size 640x480 with 1 Axes>"}
+    for worker, data in ((0, fig), (1, {"image/png": "BBBB", "text/plain": "<Figure>"}), (1, fig)):
+        relay(WorkerOutput(worker, "display_data", {"data": data, "metadata": {}}))
+    assert shown == [fig, {"image/png": "BBBB", "text/plain": "<Figure>"}]
+    assert out.getvalue() == ("[worker 0] output:\n[worker 1] output:\n"
+                              "[worker 1] output: the same as worker 0's above\n")

@@ -11,8 +11,10 @@ r"""Worker output in the cell as a plain kernel would show it, labelled ``[worke
   ``clear_output(wait=True)`` empties, without touching the other workers' output. When the cell's
   code calls ``clear_output`` (``areas_from_start``), every worker writes into its area from its
   first line, so a clear empties all it wrote, as a plain kernel clears a cell's output.
-* Rich output (figures, tables) is shown as it comes, labelled; identical ``execute_result`` outputs of
-  all workers (the ``History`` of every worker's ``fit``) are shown once, labelled for all of them.
+* Rich output (figures, tables) is shown as it comes, right after a small display naming its
+  worker (:mod:`mwnotebook.frontend.notebook.rich_labels` says why a display of its own);
+  identical rich outputs of several workers are shown once, the label naming all of them, and so
+  are identical ``execute_result`` outputs (the ``History`` of every worker's ``fit``).
 * TensorFlow's start-up chatter is left out (``--show-tf-startup`` shows it).
 """
 
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from mwnotebook.frontend.notebook.rich_labels import RichOutputLabels, ShowFn
 from mwnotebook.frontend.text.relay import (
     LineLabeller,
     Result,
@@ -49,8 +52,6 @@ _STDERR_STYLE = "background:#fdd"
 
 #: ``publish(bundle, display_id, update)``: show or replace one display.
 PublishFn = Callable[[dict[str, Any], str, bool], None]
-#: ``show(bundle, metadata, transient)``: show a worker's rich output.
-ShowFn = Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], None]
 
 
 @dataclass
@@ -155,6 +156,7 @@ class WorkerOutputAreas:
         self._finished = False
         self._prefix = uuid.uuid4().hex[:12]
         self._serial = 0
+        self._rich = RichOutputLabels(num_workers, self._prefix, show)
         #: Display updates sent per live line / area (for tests and the rate limit).
         self.updates: dict[Any, int] = {}
 
@@ -310,15 +312,12 @@ class WorkerOutputAreas:
         transient = dict(content.get("transient") or {})
         if "display_id" in transient:  # the worker's own ids, kept apart from other workers'
             transient["display_id"] = f"mw-{self._prefix}-w{worker}-{transient['display_id']}"
-        if msg_type == "update_display_data":
-            if "display_id" not in transient:
-                return
-            transient["update"] = True
+        data, metadata = dict(content.get("data", {})), content.get("metadata", {})
         self._flush_streams()
-        data = dict(content.get("data", {}))
-        if "text/plain" in data and msg_type == "display_data":
-            data["text/plain"] = worker_label(worker) + data["text/plain"]
-        self._show(data, content.get("metadata", {}), transient)
+        if msg_type == "display_data":
+            self._rich.display(worker, data, metadata, transient)
+        elif "display_id" in transient:
+            self._rich.update(worker, data, metadata, transient)
 
     # -- the end of the cell ---------------------------------------------------------------------
     def finish(self) -> None:
@@ -340,8 +339,7 @@ class WorkerOutputAreas:
 
     def _show_results(self) -> None:
         results, self._results = self._results, []
-        for data, metadata in grouped_results(results, self.num_workers):
-            self._show(data, metadata, {})
+        self._rich.results(grouped_results(results, self.num_workers))
 
     @property
     def hidden_startup_lines(self) -> int:

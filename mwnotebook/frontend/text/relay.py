@@ -11,21 +11,30 @@ Two details make worker output read as it does in a plain kernel:
 * TensorFlow's start-up chatter (:func:`is_startup_chatter`) is left out of what is shown (it is
   still in the run's result); ``MWNOTEBOOK_SHOW_TF_STARTUP=1`` or ``--show-tf-startup`` shows it.
 * Identical ``execute_result`` outputs of all workers are shown once at the end of the run
-  (:func:`grouped_results`); output sent after a run ended is labelled ``[worker i, after cell N]``
-  (:func:`late_lines`, see :mod:`mwnotebook.engine.late_output`).
+  (``grouped_results`` in ``grouping.py`` beside this file); output sent after a run ended is
+  labelled ``[worker i, after cell N]`` (:func:`late_lines`, see :mod:`mwnotebook.engine.late_output`).
 """
 
 from __future__ import annotations
 
-import html
-import json
 import os
 import re
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from mwnotebook.frontend.text.grouping import (
+    DisplayGroups,
+    Result,
+    grouped_results,
+    with_plain_label,
+    worker_label,
+    workers_label,
+)
 from mwnotebook.shared.events import Event, IOPubContent, WorkerOutput
+
+__all__ = ["LineLabeller", "Result", "TextRelay", "grouped_results", "is_startup_chatter", "late_label",
+           "late_lines", "render_line", "show_startup_default", "worker_label", "workers_label"]
 
 DisplayFn = Callable[[dict[str, Any], dict[str, Any]], None]
 
@@ -53,10 +62,6 @@ def show_startup_default() -> bool:
     return os.environ.get("MWNOTEBOOK_SHOW_TF_STARTUP", "").strip().lower() in ("1", "true", "yes")
 
 
-def worker_label(worker: int) -> str:
-    return f"[worker {worker}] "
-
-
 def late_label(worker: int, origin: str) -> str:
     """The label of output ``worker`` sent after ``origin`` ("cell 3", "the script") had ended."""
     return f"[worker {worker}, after {origin}] "
@@ -69,43 +74,6 @@ def late_lines(worker: int, origin: str, text: str) -> str:
         lines.pop()
     label = late_label(worker, origin)
     return "".join(f"{label}{render_line(line)}\n" for line in lines)
-
-
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-Result = tuple[int, dict[str, Any], dict[str, Any]]  # (worker, data, metadata) of an execute_result
-
-
-def workers_label(workers: list[int], total: int) -> str:
-    if len(workers) == total and total > 1:
-        return f"[all {total} workers] "
-    if len(workers) == 1:
-        return worker_label(workers[0])
-    return f"[workers {', '.join(map(str, workers))}] "
-
-
-def _same_key(data: dict[str, Any]) -> str:
-    """What makes two results 'the same': their data, memory addresses ignored."""
-    normal = {k: _ADDRESS.sub(" at 0x...", v) if isinstance(v, str) else v for k, v in data.items()}
-    return json.dumps(normal, sort_keys=True, default=str)
-
-
-def grouped_results(results: list[Result], total: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """The cell's ``execute_result`` outputs, identical ones once, each labelled with its workers
-    (``[all N workers]`` when all agree): ``(data, metadata)`` in worker order."""
-    groups: dict[str, list[Result]] = {}
-    for item in sorted(results, key=lambda r: r[0]):
-        groups.setdefault(_same_key(item[1]), []).append(item)
-    shown = []
-    for members in groups.values():
-        _, data, metadata = members[0]
-        data = dict(data)
-        label = workers_label([w for w, _, _ in members], total)
-        if "text/plain" in data:
-            data["text/plain"] = label + data["text/plain"]
-        if "text/html" in data:
-            data["text/html"] = f"<b>{html.escape(label)}</b>" + data["text/html"]
-        shown.append((data, metadata))
-    return shown
 
 
 _CONTROL = re.compile(r"(\r|\x08)")
@@ -209,6 +177,7 @@ class TextRelay:
         self.num_workers = num_workers
         self._results: list[Result] = []
         self._display = display
+        self._groups = DisplayGroups(num_workers)
         self._labeller = LineLabeller(show_startup)
         self._live = _isatty(stdout) if live is None else live
         self._live_shown = False
@@ -231,10 +200,24 @@ class TextRelay:
         elif event.msg_type in ("display_data", "update_display_data"):
             data = content.get("data", {})
             if self._display is not None:
-                self._write("stdout", f"{worker_label(event.worker)}output:\n")
-                self._display(data, content.get("metadata", {}))
+                self._show_display(self._display, event.worker, event.msg_type, content)
             elif "text/plain" in data:
                 self._write("stdout", self._labeller.feed(event.worker, "stdout", data["text/plain"] + "\n"))
+
+    def _show_display(self, display: DisplayFn, worker: int, msg_type: str, content: IOPubContent) -> None:
+        """A worker's display, after a line saying whose it is. A rich one identical to one another
+        worker showed already is not shown again (what was printed cannot be relabelled): a line says so."""
+        data = content.get("data", {})
+        shared = msg_type == "display_data" and any(m != "text/plain" for m in data) and not (
+            content.get("transient") or {}).get("display_id")
+        if shared:
+            group, new = self._groups.add(worker, data)
+            if not new:
+                self._write("stdout", f"{worker_label(worker)}output: the same as worker "
+                                      f"{self._groups.first(group)}'s above\n")
+                return
+        self._write("stdout", f"{worker_label(worker)}output:\n")
+        display(data, content.get("metadata", {}))
 
     def flush(self) -> None:
         """The end of a run: held partial lines, then the run's results (identical ones once)."""
@@ -242,9 +225,10 @@ class TextRelay:
             self._write(stream, text)
         total = self.num_workers or (max(w for w, _, _ in self._results) + 1 if self._results else 0)
         results, self._results = self._results, []
-        for data, metadata in grouped_results(results, total):
+        for group in grouped_results(results, total):
+            data = with_plain_label(group.data, group.label)
             if self._display is not None:
-                self._display(data, metadata)
+                self._display(data, group.metadata)
             elif "text/plain" in data:
                 self._write("stdout", data["text/plain"] + "\n")
 
