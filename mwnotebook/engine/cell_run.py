@@ -46,6 +46,8 @@ class RunWorker(Protocol):
     """What a cell run needs of a worker (:class:`~mwnotebook.engine.connection.Worker`, or a fake)."""
 
     handle: KernelHandle
+    #: Where the worker's output of every cell is appended ('' for none).
+    output_log: str
 
     @property
     def index(self) -> int: ...
@@ -106,7 +108,7 @@ class CellRun:
         self.timeout = timeout
         self.abort = abort
         self.emit = emit
-        self.result = RunResult(len(self.workers), log_paths=[getattr(w, "output_log", "") for w in self.workers])
+        self.result = RunResult(len(self.workers), log_paths=[w.output_log for w in self.workers])
         self.started = 0.0
         self.seen_at: dict[int, float] = {}
         self.dead: dict[int, str] = {}

@@ -24,6 +24,7 @@ from jupyter_client.connect import KernelConnectionInfo
 from mwnotebook.engine.late_output import LateOrigin, LateOutput
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle
+from mwnotebook.launchers.capabilities import HasLogTail
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ class Worker:
         return True
 
     def _log_hint(self) -> str:
-        tail = getattr(self.handle, "log_tail", lambda: "")()
+        tail = self.handle.log_tail() if isinstance(self.handle, HasLogTail) else ""
         return f"\nIts log ends with:\n{tail}" if tail else ""
 
     async def execute(self, code: str, on_output: MessageCallback, silent: bool = False,

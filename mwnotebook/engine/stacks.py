@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from mwnotebook.launchers.capabilities import HasConnectionFile
+
 if TYPE_CHECKING:
     from mwnotebook.launchers.base import KernelHandle
 
@@ -131,7 +133,7 @@ def parse_dump(text: str, main_ident: int | None, cell_code: str | None = None) 
 async def _dump_one(worker: StackWorker, cell_code: str | None) -> WorkerStacks:
     handle = worker.handle
     result = WorkerStacks(worker.index, handle.host, handle.pid)
-    connection_file = getattr(handle, "connection_file", None)
+    connection_file = handle.connection_file if isinstance(handle, HasConnectionFile) else None
     if handle.host != "localhost" or not connection_file or handle.pid is None:
         result.note = "only local workers can be asked for stacks"
         return result

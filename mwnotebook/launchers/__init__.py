@@ -15,7 +15,7 @@ __all__ = ["KernelHandle", "Launcher", "LocalLauncher", "make_launcher"]
 
 def make_launcher(spec: ClusterSpec) -> Launcher:
     """The launcher a spec asks for: SSH when it names hosts, local otherwise."""
-    if getattr(spec, "uses_slurm", False):
+    if spec.uses_slurm:
         from mwnotebook.launchers.slurm.launcher import SlurmLauncher  # lazily: only Slurm users need it
 
         return SlurmLauncher.from_spec(spec)

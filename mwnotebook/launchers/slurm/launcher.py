@@ -30,7 +30,7 @@ import os
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config import slurm_options as cmd
 from mwnotebook.config.tf_config import format_address
@@ -44,6 +44,9 @@ from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmProces
 from mwnotebook.launchers.ssh.launcher import DEFAULT_REQUIRE, SSHKernelHandle, shared_worker_env
 from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
+
+if TYPE_CHECKING:
+    from mwnotebook.config.spec import ClusterSpec
 
 __all__ = ["SlurmLauncher", "SrunAgent"]
 
@@ -181,14 +184,13 @@ class SlurmLauncher:
         self._templates = RemoteTemplates(self.python, self.require, self.cwd)
 
     @classmethod
-    def from_spec(cls, spec: Any) -> SlurmLauncher:
-        login = getattr(spec, "slurm_login", None)
+    def from_spec(cls, spec: ClusterSpec) -> SlurmLauncher:
+        login = spec.slurm_login
         inside = os.environ.get("SLURM_JOB_ID") if not spec.slurm and not login else None
         return cls(salloc_args=spec.slurm, job_id=spec.slurm_job or inside, workers=spec.workers,
                    workers_per_host=spec.workers_per_host, gpus_per_worker=spec.gpus_per_worker,
                    python=spec.python, startup_timeout=spec.startup_timeout, login=login,
-                   ssh_config=getattr(spec, "ssh_config", None),
-                   template=getattr(spec, "template", True), startup_env=shared_worker_env(spec))
+                   template=spec.template, startup_env=shared_worker_env(spec))
 
     def abort_start(self) -> None:
         """Ctrl-C during a start: a wait in Slurm's queue ends now and the pending job is cancelled

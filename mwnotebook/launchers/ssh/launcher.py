@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
@@ -46,6 +46,9 @@ from mwnotebook.launchers.remote.agent_events import gather_port_holders
 from mwnotebook.launchers.remote.kernel_handle import SSHKernelHandle
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, open_connection
+
+if TYPE_CHECKING:
+    from mwnotebook.config.spec import ClusterSpec
 
 __all__ = ["SSHLauncher", "SSHKernelHandle"]
 
@@ -133,19 +136,18 @@ class SSHLauncher:
         self._templates = RemoteTemplates(self.python, self.require, cwd)
 
     @classmethod
-    def from_spec(cls, spec: Any) -> SSHLauncher:
-        """Build from a ``ClusterSpec`` (``hosts``, ``workers``, ``python``, ``tf_address``,
-        ``startup_timeout`` and, where the spec has it, ``workers_per_host``)."""
-        placement = getattr(spec, "placement", None)
+    def from_spec(cls, spec: ClusterSpec) -> SSHLauncher:
+        """Build from a ``ClusterSpec`` (its placement, ``python``, ``tf_address``, start-up timeout
+        and template choice). The SSH config file is OpenSSH's own, or $MWNOTEBOOK_SSH_CONFIG."""
+        placement = spec.placement
         return cls(
             [replace(h, slots=1) for h in placement] if placement else spec.hosts,  # parsed once, by the spec
             workers=spec.workers,
-            workers_per_host=None if placement else getattr(spec, "workers_per_host", None),
+            workers_per_host=None if placement else spec.workers_per_host,
             python=spec.python,
             tf_address=spec.tf_address,
             startup_timeout=spec.startup_timeout,
-            ssh_config=getattr(spec, "ssh_config", None),
-            template=getattr(spec, "template", True),
+            template=spec.template,
             startup_env=shared_worker_env(spec),
         )
 
