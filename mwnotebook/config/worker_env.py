@@ -143,3 +143,16 @@ def recipe_env(spec: ClusterSpec) -> dict[str, str]:
     if shared and "TF_FORCE_GPU_ALLOW_GROWTH" not in spec.env:
         out["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
     return out
+
+
+def startup_env(spec: ClusterSpec) -> dict[str, str]:
+    """The environment every worker of ``spec`` starts with: what decides which worker template
+    (local or on a host) can fork it, before the TF addresses are known.
+
+    It is :func:`worker_envs` for placeholder addresses, so it can never drift from the real rule;
+    its per-worker values (``TF_CONFIG``, the worker index, a worker's devices) are placeholders
+    that the templates leave out of their identity and set in each forked child
+    (``launchers/local/template_pool.py`` ``PER_WORKER_ENV``). Raises :class:`ConfigError` as
+    :func:`worker_envs` does, before anything starts.
+    """
+    return worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]

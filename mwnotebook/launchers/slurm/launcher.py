@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config import slurm_options as cmd
 from mwnotebook.config.tf_config import format_address
+from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.remote.agent_channel import AGENT_PING_SECONDS, AGENT_SILENCE_LIMIT, agent_error
@@ -41,7 +42,7 @@ from mwnotebook.launchers.remote.agent_events import gather_port_holders, next_a
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.slurm.job import SlurmAllocation
 from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmProcess, SlurmShell
-from mwnotebook.launchers.ssh.launcher import DEFAULT_REQUIRE, SSHKernelHandle, shared_worker_env
+from mwnotebook.launchers.ssh.launcher import DEFAULT_REQUIRE, SSHKernelHandle
 from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
 
@@ -190,7 +191,7 @@ class SlurmLauncher:
         return cls(salloc_args=spec.slurm, job_id=spec.slurm_job or inside, workers=spec.workers,
                    workers_per_host=spec.workers_per_host, gpus_per_worker=spec.gpus_per_worker,
                    python=spec.python, startup_timeout=spec.startup_timeout, login=login,
-                   template=spec.template, startup_env=shared_worker_env(spec))
+                   template=spec.template, startup_env=spec_startup_env(spec))
 
     def abort_start(self) -> None:
         """Ctrl-C during a start: a wait in Slurm's queue ends now and the pending job is cancelled

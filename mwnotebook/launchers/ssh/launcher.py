@@ -39,6 +39,7 @@ import asyncssh
 
 from mwnotebook.config.hosts import HostsArg, HostSpec, parse_tf_address, worker_hosts
 from mwnotebook.config.tf_config import format_address
+from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.remote.agent_channel import Agent, agent_error
@@ -68,17 +69,6 @@ KEEPALIVE_COUNT_MAX = 3
 RECONNECT_WINDOW = 30.0
 
 HostKey = tuple[str, str | None, int | None]
-
-
-def shared_worker_env(spec: Any) -> dict[str, str] | None:
-    """The environment every worker of ``spec`` shares at start (what picks its host's template),
-    or None when it can't be told before the workers' own turn."""
-    from mwnotebook.config.worker_env import worker_envs
-
-    try:
-        return worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]
-    except Exception:  # the cluster reports a bad spec itself, in its own words
-        return None
 
 
 class SSHLauncher:
@@ -148,7 +138,7 @@ class SSHLauncher:
             tf_address=spec.tf_address,
             startup_timeout=spec.startup_timeout,
             template=spec.template,
-            startup_env=shared_worker_env(spec),
+            startup_env=spec_startup_env(spec),
         )
 
     # -- connections ---------------------------------------------------------------------------
