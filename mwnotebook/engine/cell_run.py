@@ -20,7 +20,6 @@ from mwnotebook.engine.diagnose import diagnose, is_consequential
 from mwnotebook.engine.iopub_events import events_from_iopub
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport, dump_stacks
-from mwnotebook.engine.stacks import attach as attach_stacks
 from mwnotebook.errors import (
     ClusterInterrupted,
     ClusterRunError,
@@ -92,10 +91,7 @@ class CellVerdict:
             cls = WorkerDiedError
         else:
             cls = WorkerError
-        error = cls(self.failures, restarted=restarted)
-        if self.stacks is not None:
-            attach_stacks(error, self.stacks)
-        return error
+        return cls(self.failures, restarted=restarted, stacks=self.stacks)
 
 
 class CellRun:

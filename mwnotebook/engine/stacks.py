@@ -186,12 +186,3 @@ async def dump_stacks(workers: Sequence[StackWorker], cell_code: str | None = No
     stacks = await asyncio.gather(*(_dump_one(w, cell_code) for w in workers))
     return StacksReport(list(stacks))
 
-
-def attach(error: BaseException, report: StacksReport) -> None:
-    """Add the stacks to an error: ``error.stacks``, its message and what IPython shows."""
-    text = report.text()
-    error.stacks = report  # type: ignore[attr-defined]
-    error.args = (f"{error.args[0] if error.args else ''}\n\nWorker stacks at that moment:\n{text}",)
-    render = getattr(error, "_render_traceback_", None)
-    if render is not None:
-        error._render_traceback_ = lambda: [*render(), "Worker stacks at that moment:", *text.splitlines()]  # type: ignore[attr-defined]
