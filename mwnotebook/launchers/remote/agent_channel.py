@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 AGENT_PING_SECONDS = 2.0
 AGENT_SILENCE_LIMIT = 10.0
 
-_AGENT_SOURCE = shipped.source("remote_agent.py")
+_AGENT_SOURCE = shipped.bundle("remote_agent.py")  # with the helpers it imports
 
 
 class Agent:

@@ -53,7 +53,7 @@ __all__ = ["SlurmLauncher", "SrunAgent"]
 
 log = logging.getLogger(__name__)
 
-_AGENT_SOURCE = shipped.source("remote_agent.py")
+_AGENT_SOURCE = shipped.bundle("remote_agent.py")  # with the helpers it imports
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
