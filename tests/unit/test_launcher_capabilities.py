@@ -10,7 +10,7 @@ from mwnotebook import AsyncCluster, ClusterSpec
 from mwnotebook.engine.stacks import _dump_one
 from mwnotebook.launchers.capabilities import AbortsStart, HasConnectionFile, HasLogTail, Isolates, ReportsJob
 from mwnotebook.launchers.local.launcher import LocalKernelHandle, LocalLauncher
-from mwnotebook.launchers.remote.kernel_handle import SSHKernelHandle
+from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
 from mwnotebook.launchers.slurm.launcher import SlurmLauncher
 
 
@@ -29,8 +29,8 @@ def test_real_launchers_declare_what_they_have() -> None:
 def test_real_handles_declare_what_they_have(tmp_path: Any) -> None:
     handle = LocalKernelHandle(0, None, {}, str(tmp_path / "k.json"), str(tmp_path / "k.log"))
     assert isinstance(handle, HasLogTail) and isinstance(handle, HasConnectionFile)
-    assert issubclass(SSHKernelHandle, HasLogTail)
-    assert "connection_file" not in dir(SSHKernelHandle)  # stacks are asked of local workers only
+    assert issubclass(RemoteKernelHandle, HasLogTail)
+    assert "connection_file" not in dir(RemoteKernelHandle)  # stacks are asked of local workers only
 
 
 class _Handle:

@@ -42,21 +42,21 @@ from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
-from mwnotebook.launchers.remote.agent_channel import Agent, agent_error
+from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE, agent_error
 from mwnotebook.launchers.remote.agent_events import gather_port_holders
-from mwnotebook.launchers.remote.kernel_handle import SSHKernelHandle
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
+from mwnotebook.launchers.ssh.agent import SSHAgent
 from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, open_connection
+from mwnotebook.launchers.ssh.kernel_handle import SSHKernelHandle
 
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
 
-__all__ = ["SSHLauncher", "SSHKernelHandle"]
+__all__ = ["DEFAULT_REQUIRE", "SSHLauncher", "SSHKernelHandle"]
 
 log = logging.getLogger(__name__)
 
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
-DEFAULT_REQUIRE = ("ipykernel", "tensorflow")
 #: Upper bound on SSH connections to one host (each carries up to sshd's MaxSessions sessions).
 MAX_CONNECTIONS_PER_HOST = 16
 #: SSH keepalive: one every KEEPALIVE_INTERVAL s of silence, the connection is dropped after
@@ -116,8 +116,8 @@ class SSHLauncher:
         self._conns: dict[HostKey, list[asyncssh.SSHClientConnection]] = {}
         self._full: set[asyncssh.SSHClientConnection] = set()
         self._conn_locks: dict[HostKey, asyncio.Lock] = {}
-        self._holders: list[Agent] = []
-        self._spares: dict[int, tuple[asyncssh.SSHClientConnection, Agent]] = {}
+        self._holders: list[SSHAgent] = []
+        self._spares: dict[int, tuple[asyncssh.SSHClientConnection, SSHAgent]] = {}
         self._handles: list[SSHKernelHandle] = []
         #: Fork workers from a template per host (``remote_templates.py``); ``startup_env`` (the
         #: environment all workers share) lets tf_addresses start them before the workers' turn.
@@ -172,12 +172,12 @@ class SSHLauncher:
             self._conns.setdefault(spec.key, []).append(session.conn)
             return session.conn
 
-    async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, Agent]:
+    async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, SSHAgent]:
         """Start the agent on ``spec``'s host, on a new connection if the current one is full."""
         for _ in range(MAX_CONNECTIONS_PER_HOST):
             conn = await self._connect(spec)
             try:
-                return conn, await Agent.start(conn, spec.target, self.python)
+                return conn, await SSHAgent.start(conn, spec.target, self.python)
             except asyncssh.ChannelOpenError as exc:
                 log.debug("%s refused another session (%s); opening another connection",
                           spec.target, exc.reason)
@@ -234,7 +234,7 @@ class SSHLauncher:
         await asyncio.gather(*(h.close() for h in holders), *(a.close() for _, a in spares),
                              return_exceptions=True)
 
-    async def _first_event(self, agent: Agent, spec: HostSpec, timeout: float) -> dict[str, Any]:
+    async def _first_event(self, agent: SSHAgent, spec: HostSpec, timeout: float) -> dict[str, Any]:
         """The agent's first event, raising ClusterStartError (naming the host) for failures."""
         try:
             event = await asyncio.wait_for(agent.next_event(), timeout)
@@ -313,7 +313,7 @@ class SSHLauncher:
         if not self.use_template:
             return None
 
-        async def start_agent() -> Agent:
+        async def start_agent() -> SSHAgent:
             return (await self._run_agent(spec))[1]
 
         return self._templates.get(spec.key, spec.target, env, start_agent)
