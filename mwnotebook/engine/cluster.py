@@ -52,6 +52,11 @@ class Cluster:
         return self._core.started
 
     @property
+    def addresses(self) -> list[str]:
+        """Each worker's TensorFlow server address, as the launcher placed it ([] before a start)."""
+        return self._core.addresses
+
+    @property
     def network_isolated(self) -> bool:
         """True when the workers' TensorFlow ports are unreachable from other machines."""
         return self._core.network_isolated
