@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.tf_config import PortReservation, format_address, tf_config_json
-from mwnotebook.config.worker_env import setup_code, worker_envs
+from mwnotebook.config.worker_env import recipe_code, worker_envs
 from mwnotebook.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -330,7 +330,7 @@ def export_cell(code: str, out_dir: str | Path, spec: ClusterSpec, *, ports: Seq
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory} exists and is not a directory")
-    script_text, disabled = script_source(code, setup_code(spec))
+    script_text, disabled = script_source(code, recipe_code(spec))
     addresses, loopback = _choose_addresses(spec, ports)
     envs = worker_envs(spec, addresses)
 
