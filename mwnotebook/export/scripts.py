@@ -140,8 +140,8 @@ def script_source(code: str, setup: str = "") -> tuple[str, list[str]]:
     return "\n".join(header) + "\n" + body, disabled
 
 
-def launcher_source(addresses: Sequence[str], index: int, env: Mapping[str, str],
-                    python: str = "python3", script: str = SCRIPT_NAME) -> str:
+def worker_script_source(addresses: Sequence[str], index: int, env: Mapping[str, str],
+                         python: str = "python3", script: str = SCRIPT_NAME) -> str:
     """``worker-<index>.sh``: the seed's one-line launcher, ``TF_CONFIG='...' exec python3 train.py``.
 
     ``env`` is the worker's environment from :func:`~mwnotebook.config.worker_env.worker_envs`;
@@ -338,7 +338,7 @@ def export_cell(code: str, out_dir: str | Path, spec: ClusterSpec, *, ports: Seq
     _remove_stale(directory, spec.workers)
     script = _write(directory / SCRIPT_NAME, script_text)
     launchers = tuple(
-        _write(directory / f"worker-{i}.sh", launcher_source(addresses, i, envs[i], python), executable=True)
+        _write(directory / f"worker-{i}.sh", worker_script_source(addresses, i, envs[i], python), executable=True)
         for i in range(spec.workers))
     run_local = _write(directory / RUN_LOCAL, run_local_source(spec.workers), executable=True)
     env_lines = sorted({f"{k}={v}" for env in envs for k, v in env.items()
