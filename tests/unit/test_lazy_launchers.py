@@ -53,3 +53,26 @@ def test_startup_env_is_a_workers_env_without_its_turn() -> None:
         assert {k: v for k, v in env.items() if k not in per_worker} == \
                {k: v for k, v in shared.items() if k not in per_worker}
     assert shared["TF_XLA_FLAGS"] == "--x --tf_xla_cpu_global_jit"
+
+
+def test_the_started_processes_import_without_jupyter_client() -> None:
+    """A worker kernel's entry, a worker template and the netns holder load none of the notebook's
+    side (the worker kernel's ipykernel brings its own zmq only when it serves)."""
+    code = textwrap.dedent("""
+        import sys
+        BLOCKED = ("jupyter_client", "zmq", "asyncssh")
+        class Blocker:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ImportError(f"{name} is blocked by the test")
+                return None
+        sys.meta_path.insert(0, Blocker())
+        import mwnotebook.processes.netns_holder, mwnotebook.processes.worker_template
+        import mwnotebook.processes.worker_kernel, mwnotebook.processes.runtime.containment
+        print("NOTEBOOK_SIDE", sorted(m for m in sys.modules
+                                      if m.startswith(("mwnotebook.engine", "mwnotebook.launchers", "mwnotebook.frontend"))))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "NOTEBOOK_SIDE []" in out.stdout, out.stdout
