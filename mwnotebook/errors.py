@@ -21,14 +21,14 @@ an ignored interrupt, before consequences, before workers we interrupted; ties b
 notebook saw the fault, then by the lowest worker index. :func:`render_failures` is the one
 rendering, for the notebook and for the terminal: every distinct traceback (identical ones once,
 naming all their workers), consequences as one line ("worker 0 stopped: its collective lost
-worker 1"). Every error pickles with all its fields.
+worker 1"). Every error pickles with all its fields, the workers' stacks included.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 
 class MWNotebookError(Exception):
@@ -179,13 +179,30 @@ def render_failures(failures: list[WorkerFailure], *, restarted: bool = False, t
     return lines
 
 
-class ClusterRunError(MWNotebookError):
-    """A cell failed on the cluster. ``failures[0]`` is the likely cause (see :func:`order_failures`)."""
+class WorkerStacksText(Protocol):
+    """Where each worker was when the cell failed (``engine/stacks.py`` ``StacksReport``; it must
+    pickle, as the error that carries it does)."""
 
-    def __init__(self, failures: list[WorkerFailure], restarted: bool, detail: str = "") -> None:
+    def text(self) -> str: ...
+
+
+#: Heads the workers' stacks in an error's message and in what IPython shows.
+STACKS_HEADING = "Worker stacks at that moment:"
+
+
+class ClusterRunError(MWNotebookError):
+    """A cell failed on the cluster. ``failures[0]`` is the likely cause (see :func:`order_failures`).
+
+    ``stacks``: where each worker was (taken on a timeout, and of workers that ignored their
+    interrupt), or None; shown after the failures, in the message and in IPython's rendering.
+    """
+
+    def __init__(self, failures: list[WorkerFailure], restarted: bool, detail: str = "",
+                 stacks: WorkerStacksText | None = None) -> None:
         self.failures = list(failures)
         self.restarted = restarted
         self.detail = detail
+        self.stacks = stacks
         first = self.failures[0] if self.failures else None
         self.worker = first.worker if first else None
         self.ename = first.ename if first else ""
@@ -194,12 +211,14 @@ class ClusterRunError(MWNotebookError):
         super().__init__(self._message(detail))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.failures, self.restarted, self.detail))
+        return (type(self), (self.failures, self.restarted, self.detail, self.stacks))
 
     def _render_traceback_(self) -> list[str]:
         """How IPython shows this error: the failing worker's own traceback first, then the rest."""
         lines = render_failures(self.failures, restarted=self.restarted)
         lines.append(f"{_RED}{type(self).__name__}{_RESET}: {self.failures[0].headline() if self.failures else ''}")
+        if self.stacks is not None:
+            lines += [STACKS_HEADING, *self.stacks.text().splitlines()]
         return lines
 
     def _message(self, detail: str) -> str:
@@ -211,7 +230,10 @@ class ClusterRunError(MWNotebookError):
         if self.restarted:
             lines.append("The worker kernels are being restarted: the next cell starts from fresh workers "
                          "(variables defined in earlier cells are gone).")
-        return "\n".join(lines)
+        message = "\n".join(lines)
+        if self.stacks is not None:
+            message += f"\n\n{STACKS_HEADING}\n{self.stacks.text()}"
+        return message
 
 
 class WorkerError(ClusterRunError):

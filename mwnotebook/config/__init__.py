@@ -1,8 +1,4 @@
-"""What a cluster is, decided once and checked before anything starts.
-
-``spec`` (:class:`~mwnotebook.config.spec.ClusterSpec` and its validation), ``options`` (the
-magic's and the command's flags), ``slurm_options`` (Slurm command lines and their answers),
-``hosts`` (``--hosts`` and placement), ``devices`` (each worker's GPUs), ``tf_config``
-(``TF_CONFIG`` and port reservation) and ``worker_env`` (the one rule for a worker's environment,
-used by the cluster and by export).
-"""
+"""What a cluster is and what each worker gets, decided before anything starts (pure: no processes,
+no TensorFlow): the options (``options.py``, ``slurm_options.py``), the validated ``ClusterSpec``
+(``spec.py``), the hosts (``hosts.py``), each worker's devices (``devices.py``), TF_CONFIG and TF
+ports (``tf_config.py``), and the one worker-environment rule (``worker_env.py``)."""

@@ -174,7 +174,7 @@ def check_slurm_spec(spec: Any) -> None:
     if spec.network == "private":
         raise ConfigError("--network private applies to local workers only; Slurm workers use the "
                           "cluster's network")
-    login = getattr(spec, "slurm_login", None)
+    login = spec.slurm_login
     if login is not None:
         if spec.slurm is None and spec.slurm_job is None:
             raise ConfigError("--slurm-login says where to run the Slurm commands; give --slurm \"ARGS\" "

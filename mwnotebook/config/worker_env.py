@@ -1,9 +1,9 @@
 """What each worker gets from the cluster: its environment (:func:`worker_envs`, the one rule for
-the cluster and for export) and the code it runs right after it starts (:func:`setup_code`: the
+the cluster and for export) and the code it runs right after it starts (:func:`recipe_code`: the
 seed's recipes 3 and 4).
 
 Pure: this module only builds variables and source text; it never imports TensorFlow. The cluster executes
-:func:`setup_code` once in every worker kernel after start (and after every restart), before the
+:func:`recipe_code` once in every worker kernel after start (and after every restart), before the
 first user cell, so ``--mixed-precision`` and ``--xla`` hold for everything the cell builds.
 
 Why it is safe to run before the user's ``MultiWorkerMirroredStrategy``: collective ops must be
@@ -65,9 +65,10 @@ def policy_name(mixed_precision: str | None) -> str | None:
     raise ConfigError(f"--mixed-precision must be one of {choices} (got {mixed_precision!r})")
 
 
-def setup_code(spec: _RecipeSpec | None = None, *, mixed_precision: str | None = None,
-               xla: bool | None = None) -> str:
-    """Python source each worker executes after start; ``""`` when there is nothing to set.
+def recipe_code(spec: _RecipeSpec | None = None, *, mixed_precision: str | None = None,
+                xla: bool | None = None) -> str:
+    """The recipes' part of the source each worker executes after start (all of it:
+    ``engine/bootstrap.py`` ``setup_code``); ``""`` when there is nothing to set.
 
     Reads ``spec.mixed_precision`` and ``spec.xla`` (a :class:`mwnotebook.ClusterSpec`); the
     keyword arguments override them. Raises :class:`ConfigError` for an unknown precision.
@@ -143,3 +144,16 @@ def recipe_env(spec: ClusterSpec) -> dict[str, str]:
     if shared and "TF_FORCE_GPU_ALLOW_GROWTH" not in spec.env:
         out["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
     return out
+
+
+def startup_env(spec: ClusterSpec) -> dict[str, str]:
+    """The environment every worker of ``spec`` starts with: what decides which worker template
+    (local or on a host) can fork it, before the TF addresses are known.
+
+    It is :func:`worker_envs` for placeholder addresses, so it can never drift from the real rule;
+    its per-worker values (``TF_CONFIG``, the worker index, a worker's devices) are placeholders
+    that the templates leave out of their identity and set in each forked child
+    (``launchers/local/template_pool.py`` ``PER_WORKER_ENV``). Raises :class:`ConfigError` as
+    :func:`worker_envs` does, before anything starts.
+    """
+    return worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]

@@ -1,8 +1,6 @@
-"""The notebook side's machinery: start the workers, run a cell on all of them, decide what failed.
-
-``cluster`` (the blocking facade) runs ``async_cluster`` on the background event loop of ``loop``;
-``cell_run`` runs one cell and returns its verdict; ``connection`` is one worker's Jupyter client;
-``iopub_events`` turns its output into events; ``late_output``, ``stacks``, ``diagnose``,
-``bootstrap``, ``interrupts`` and ``result`` are one concern each. Only the notebook process (or
-the ``mwnotebook`` command) imports this package: it loads jupyter_client.
-"""
+"""The cluster in the notebook's process: start the workers through a launcher, connect to them
+(``connection.py``), run a cell on all of them in lockstep and judge how it ended (``cell_run.py``),
+restart or keep them (``async_cluster.py``), on one background event loop behind a blocking facade
+(``cluster.py``, ``loop.py``). Also the workers' stacks on demand (``stacks.py``), late output
+(``late_output.py``) and the reading of IOPub into events (``iopub_events.py``). No rendering: the
+front ends draw the events."""

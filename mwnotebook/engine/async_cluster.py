@@ -28,6 +28,7 @@ from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport, dump_stacks
 from mwnotebook.errors import ClusterStartError, ClusterStateError
 from mwnotebook.launchers import Launcher, make_launcher
+from mwnotebook.launchers.capabilities import AbortsStart, Isolates, ReportsJob
 from mwnotebook.shared.events import Event, EventSink, WorkerState, WorkerStateChanged
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class AsyncCluster:
     @property
     def network_isolated(self) -> bool:
         """True when the workers' TensorFlow ports sit in a private network namespace."""
-        return bool(getattr(self._launcher, "isolated", False))
+        return isinstance(self._launcher, Isolates) and self._launcher.isolated
 
     @property
     def tf_configs(self) -> list[dict[str, Any]]:
@@ -215,9 +216,9 @@ class AsyncCluster:
 
     async def kill(self) -> None:
         """Stop every worker at once, no questions asked (used at interpreter exit)."""
-        abort_start = getattr(self._launcher, "abort_start", None)
-        if abort_start is not None:
-            abort_start()  # a start waiting in a scheduler's queue ends now (Slurm: the job is cancelled)
+        if isinstance(self._launcher, AbortsStart):
+            # a start waiting in a scheduler's queue ends now (Slurm: the job is cancelled)
+            self._launcher.abort_start()
         await self._finish_pending_start()
         await self._drop_release()
         workers, self._workers = self._workers, []
@@ -242,8 +243,7 @@ class AsyncCluster:
 
     async def scheduler_status(self) -> dict[str, Any] | None:
         """The batch job the workers run in (Slurm: job id, nodes, state), or None without one."""
-        status = getattr(self._launcher, "status", None)
-        return await status() if status is not None else None
+        return await self._launcher.status() if isinstance(self._launcher, ReportsJob) else None
 
     async def query(self, code: str, timeout: float = 30.0) -> list[str | None]:
         """Run a small read-only snippet silently on every worker; each one's stdout (None on error).

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.config.worker_env import setup_code as _recipe_code
+from mwnotebook.config.worker_env import recipe_code
 
 #: Imports TensorFlow without running any TF op, so that a later MultiWorkerMirroredStrategy can
 #: still configure the process's collectives.
@@ -32,5 +32,5 @@ def setup_code(spec: ClusterSpec) -> str:
     parts = [LIFETIME_CODE]
     if spec.preload or spec.mixed_precision or spec.xla:
         parts.append(PRELOAD_CODE)
-    parts.append(_recipe_code(spec))
+    parts.append(recipe_code(spec))
     return "".join(parts)

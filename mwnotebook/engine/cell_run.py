@@ -20,7 +20,6 @@ from mwnotebook.engine.diagnose import diagnose, is_consequential
 from mwnotebook.engine.iopub_events import events_from_iopub
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport, dump_stacks
-from mwnotebook.engine.stacks import attach as attach_stacks
 from mwnotebook.errors import (
     ClusterInterrupted,
     ClusterRunError,
@@ -47,6 +46,8 @@ class RunWorker(Protocol):
     """What a cell run needs of a worker (:class:`~mwnotebook.engine.connection.Worker`, or a fake)."""
 
     handle: KernelHandle
+    #: Where the worker's output of every cell is appended ('' for none).
+    output_log: str
 
     @property
     def index(self) -> int: ...
@@ -95,10 +96,7 @@ class CellVerdict:
             cls = WorkerDiedError
         else:
             cls = WorkerError
-        error = cls(self.failures, restarted=restarted)
-        if self.stacks is not None:
-            attach_stacks(error, self.stacks)
-        return error
+        return cls(self.failures, restarted=restarted, stacks=self.stacks)
 
 
 class CellRun:
@@ -111,7 +109,7 @@ class CellRun:
         self.timeout = timeout
         self.abort = abort
         self.emit = emit
-        self.result = RunResult(len(self.workers), log_paths=[getattr(w, "output_log", "") for w in self.workers])
+        self.result = RunResult(len(self.workers), log_paths=[w.output_log for w in self.workers])
         self.started = 0.0
         self.seen_at: dict[int, float] = {}
         self.dead: dict[int, str] = {}

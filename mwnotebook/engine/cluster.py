@@ -19,6 +19,7 @@ from mwnotebook.engine.late_output import LateOutput
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport
+from mwnotebook.errors import STACKS_HEADING
 from mwnotebook.launchers import Launcher
 from mwnotebook.shared.events import Event, EventSink
 
@@ -49,6 +50,11 @@ class Cluster:
     @property
     def started(self) -> bool:
         return self._core.started
+
+    @property
+    def addresses(self) -> list[str]:
+        """Each worker's TensorFlow server address, as the launcher placed it ([] before a start)."""
+        return self._core.addresses
 
     @property
     def network_isolated(self) -> bool:
@@ -142,7 +148,7 @@ class Cluster:
     def _add_stacks_note(self, error: BaseException) -> None:
         """On a second Ctrl-C, say where each worker was before they are killed."""
         try:
-            note = "Worker stacks at that moment:\n" + self._loop.run(self._core.stacks(), timeout=10).text()
+            note = f"{STACKS_HEADING}\n" + self._loop.run(self._core.stacks(), timeout=10).text()
             add_note = getattr(error, "add_note", None)  # Python >= 3.11
             if add_note is not None:
                 add_note(note)

@@ -24,6 +24,7 @@ from jupyter_client.connect import KernelConnectionInfo
 from mwnotebook.engine.late_output import LateOrigin, LateOutput
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle
+from mwnotebook.launchers.capabilities import HasLogTail
 
 log = logging.getLogger(__name__)
 
@@ -108,18 +109,26 @@ class _OutputTally:
 
 
 class Worker:
-    """A worker kernel and its client. Not thread-safe: used from the cluster's event loop only."""
+    """A worker kernel and its client. Not thread-safe: used from the cluster's event loop only.
 
-    def __init__(self, handle: KernelHandle, env: dict[str, str], late: LateOutput | None = None) -> None:
+    ``client``: the kernel client to use instead of one made from the handle's connection info (a
+    fake, in tests); ``output_log``: where cells' output is appended (default: a file per worker
+    index in :func:`output_log_dir`).
+    """
+
+    def __init__(self, handle: KernelHandle, env: dict[str, str], late: LateOutput | None = None, *,
+                 client: AsyncKernelClient | None = None, output_log: str | None = None) -> None:
         self.handle = handle
         self.env = env
         self._init_iopub_routing(late)
-        self.client = AsyncKernelClient()
-        self.client.load_connection_info(cast(KernelConnectionInfo, handle.connection_info))
+        if client is None:
+            client = AsyncKernelClient()
+            client.load_connection_info(cast(KernelConnectionInfo, handle.connection_info))
+        self.client = client
         # One request at a time: concurrent readers of the same ZMQ sockets would steal each
         # other's messages.
         self._busy = asyncio.Lock()
-        self.output_log = os.path.join(output_log_dir(), f"worker-{handle.index}.log")
+        self.output_log = output_log or os.path.join(output_log_dir(), f"worker-{handle.index}.log")
 
     def _init_iopub_routing(self, late: LateOutput | None) -> None:
         #: Where output of requests that have ended goes (shared by the cluster's workers).
@@ -175,7 +184,7 @@ class Worker:
         return True
 
     def _log_hint(self) -> str:
-        tail = getattr(self.handle, "log_tail", lambda: "")()
+        tail = self.handle.log_tail() if isinstance(self.handle, HasLogTail) else ""
         return f"\nIts log ends with:\n{tail}" if tail else ""
 
     async def execute(self, code: str, on_output: MessageCallback, silent: bool = False,

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from mwnotebook.launchers.capabilities import HasConnectionFile
+
 if TYPE_CHECKING:
     from mwnotebook.launchers.base import KernelHandle
 
@@ -131,7 +133,7 @@ def parse_dump(text: str, main_ident: int | None, cell_code: str | None = None) 
 async def _dump_one(worker: StackWorker, cell_code: str | None) -> WorkerStacks:
     handle = worker.handle
     result = WorkerStacks(worker.index, handle.host, handle.pid)
-    connection_file = getattr(handle, "connection_file", None)
+    connection_file = handle.connection_file if isinstance(handle, HasConnectionFile) else None
     if handle.host != "localhost" or not connection_file or handle.pid is None:
         result.note = "only local workers can be asked for stacks"
         return result
@@ -184,12 +186,3 @@ async def dump_stacks(workers: Sequence[StackWorker], cell_code: str | None = No
     stacks = await asyncio.gather(*(_dump_one(w, cell_code) for w in workers))
     return StacksReport(list(stacks))
 
-
-def attach(error: BaseException, report: StacksReport) -> None:
-    """Add the stacks to an error: ``error.stacks``, its message and what IPython shows."""
-    text = report.text()
-    error.stacks = report  # type: ignore[attr-defined]
-    error.args = (f"{error.args[0] if error.args else ''}\n\nWorker stacks at that moment:\n{text}",)
-    render = getattr(error, "_render_traceback_", None)
-    if render is not None:
-        error._render_traceback_ = lambda: [*render(), "Worker stacks at that moment:", *text.splitlines()]  # type: ignore[attr-defined]

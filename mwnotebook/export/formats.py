@@ -203,7 +203,7 @@ def export_format(code: str, out_dir: str | Path, spec: Any, fmt: str, *, python
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory} exists and is not a directory")
-    script_text, disabled = script_source(code, worker_setup.setup_code(spec))
+    script_text, disabled = script_source(code, worker_setup.recipe_code(spec))
     where = "(set by slurm_tf_config.py in job.sbatch)" if fmt == "slurm" else "(set by the TFJob operator)"
     script_text = script_text.replace("(see worker-<i>.sh)", where)
     env = _worker_env(spec)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.tf_config import PortReservation, format_address, tf_config_json
-from mwnotebook.config.worker_env import setup_code, worker_envs
+from mwnotebook.config.worker_env import recipe_code, worker_envs
 from mwnotebook.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -141,8 +141,8 @@ def script_source(code: str, setup: str = "") -> tuple[str, list[str]]:
     return "\n".join(header) + "\n" + body, disabled
 
 
-def launcher_source(addresses: Sequence[str], index: int, env: Mapping[str, str],
-                    python: str = "python3", script: str = SCRIPT_NAME) -> str:
+def worker_script_source(addresses: Sequence[str], index: int, env: Mapping[str, str],
+                         python: str = "python3", script: str = SCRIPT_NAME) -> str:
     """``worker-<index>.sh``: the seed's one-line launcher, ``TF_CONFIG='...' exec python3 train.py``.
 
     ``env`` is the worker's environment from :func:`~mwnotebook.config.worker_env.worker_envs`;
@@ -331,7 +331,7 @@ def export_cell(code: str, out_dir: str | Path, spec: ClusterSpec, *, ports: Seq
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory} exists and is not a directory")
-    script_text, disabled = script_source(code, setup_code(spec))
+    script_text, disabled = script_source(code, recipe_code(spec))
     addresses, loopback = _choose_addresses(spec, ports)
     envs = worker_envs(spec, addresses)
 
@@ -339,7 +339,7 @@ def export_cell(code: str, out_dir: str | Path, spec: ClusterSpec, *, ports: Seq
     _remove_stale(directory, spec.workers)
     script = _write(directory / SCRIPT_NAME, script_text)
     launchers = tuple(
-        _write(directory / f"worker-{i}.sh", launcher_source(addresses, i, envs[i], python), executable=True)
+        _write(directory / f"worker-{i}.sh", worker_script_source(addresses, i, envs[i], python), executable=True)
         for i in range(spec.workers))
     run_local = _write(directory / RUN_LOCAL, run_local_source(spec.workers), executable=True)
     env_lines = sorted({f"{k}={v}" for env in envs for k, v in env.items()

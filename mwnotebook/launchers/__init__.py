@@ -1,22 +1,37 @@
-"""How worker kernels are started: ``local`` (this machine), ``ssh`` (other hosts), ``slurm`` (job steps
-of an allocation), ``remote`` (what SSH and Slurm share); ``base`` declares what a launcher provides."""
+"""How worker kernels are started: the launcher contract (``base.py``, ``capabilities.py``) and one
+subpackage per backend (``local/`` on this machine, ``ssh/`` on hosts over SSH, ``slurm/`` as Slurm
+job steps, ``remote/`` what SSH and Slurm share: the agent channel, remote handles and templates).
+
+Importing this package imports no backend: the processes the launchers start import
+``mwnotebook.launchers...`` modules too, and must not load jupyter_client or asyncssh for it
+(tests/unit/test_lazy_launchers.py). :func:`make_launcher` imports the backend a spec asks for.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mwnotebook.launchers.base import KernelHandle, Launcher
-from mwnotebook.launchers.local.launcher import LocalLauncher
 
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
+    from mwnotebook.launchers.local.launcher import LocalLauncher
 
 __all__ = ["KernelHandle", "Launcher", "LocalLauncher", "make_launcher"]
 
 
+def __getattr__(name: str) -> Any:
+    if name == "LocalLauncher":  # PEP 562: the local backend (jupyter_client) only when asked for
+        from mwnotebook.launchers.local.launcher import LocalLauncher
+
+        return LocalLauncher
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def make_launcher(spec: ClusterSpec) -> Launcher:
-    """The launcher a spec asks for: SSH when it names hosts, local otherwise."""
-    if getattr(spec, "uses_slurm", False):
+    """The launcher a spec asks for: Slurm with ``--slurm``/``--slurm-job``, SSH when it names
+    hosts, local otherwise."""
+    if spec.uses_slurm:
         from mwnotebook.launchers.slurm.launcher import SlurmLauncher  # lazily: only Slurm users need it
 
         return SlurmLauncher.from_spec(spec)
@@ -26,10 +41,10 @@ def make_launcher(spec: ClusterSpec) -> Launcher:
         )
 
         return SSHLauncher.from_spec(spec)
+    from mwnotebook.config.worker_env import startup_env
+    from mwnotebook.launchers.local.launcher import LocalLauncher
+
     # The environment all workers share decides which worker template can fork them (TF_CONFIG and
     # the other per-worker values are set after the fork).
-    from mwnotebook.config.worker_env import worker_envs
-
-    startup_env = worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]
-    return LocalLauncher(python=spec.python, network=spec.network, startup_env=startup_env,
+    return LocalLauncher(python=spec.python, network=spec.network, startup_env=startup_env(spec),
                          template=spec.template)

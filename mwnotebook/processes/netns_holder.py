@@ -9,7 +9,6 @@ work across network namespaces, so only TensorFlow's unauthenticated ports move 
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import signal
 import socket
@@ -29,10 +28,9 @@ def bring_loopback_up() -> None:
 
 
 def main() -> None:
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    from mwnotebook.processes.shipped import owner_watch
+
+    owner_watch.die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for kernels, not for the namespace
     count = int(sys.argv[1])
     bring_loopback_up()

@@ -11,38 +11,21 @@ worker template (``worker_template.py``, which handles parent death its own way)
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import signal
-import sys
-import threading
-import time
 
 from mwnotebook.processes import worker_runtime
 from mwnotebook.processes.runtime.after_import import patch_when_imported
+from mwnotebook.processes.shipped import owner_watch
 
-PARENT_POLL_SECONDS = 0.5
+
+def _exit_now() -> None:
+    os._exit(1)
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            pr_set_pdeathsig = 1
-            libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-        except OSError:
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-    def watch() -> None:
-        while True:
-            time.sleep(PARENT_POLL_SECONDS)
-            if os.getppid() != parent_pid:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="mwnotebook-parent-watch", daemon=True).start()
+    owner_watch.die_with_parent()
+    owner_watch.watch_parent(parent_pid, _exit_now)  # also when it died before prctl took effect
 
 
 def _script_level_logs(tensorflow: object) -> None:

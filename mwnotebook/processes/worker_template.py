@@ -44,10 +44,9 @@ import select
 import signal
 import socket
 import sys
-import threading
-import time
 from typing import Any
 
+from mwnotebook.processes.shipped import owner_watch
 from mwnotebook.processes.shipped.remote_template import (
     fork_child,
     loaded_state,
@@ -192,29 +191,17 @@ def _reseed_random() -> None:
         numpy.random.seed()
 
 
+def _exit_now() -> None:
+    os._exit(1)
+
+
 def _die_with_notebook(notebook_pid: int, notebook_fd: int | None) -> None:
     """End this worker when the notebook ends, whether or not the template is still there."""
     if notebook_fd is None:  # no pidfd (kernel < 5.3): die with the template, which dies with the notebook
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-
-    def watch() -> None:
-        while True:
-            if notebook_fd is not None:
-                if select.select([notebook_fd], [], [])[0]:
-                    os._exit(1)
-            else:
-                time.sleep(PARENT_POLL_SECONDS)
-                try:
-                    os.kill(notebook_pid, 0)
-                except ProcessLookupError:
-                    os._exit(1)
-                except PermissionError:
-                    pass
-
-    threading.Thread(target=watch, name="mwnotebook-parent-watch", daemon=True).start()
+        owner_watch.die_with_parent()
+    # the template's pidfd of the notebook, inherited over the fork (none: the template could not open one)
+    owner_watch.watch_process(notebook_pid, _exit_now, pidfd=notebook_fd, open_one=False,
+                              name="mwnotebook-parent-watch")
 
 
 def _show_as_worker(template_pid: int) -> None:

@@ -1,2 +1,3 @@
-"""Shapes that both sides agree on, with no dependencies: ``events`` (what a cluster run emits to
-its observers) and ``metrics`` (the records workers report and how the notebook reads them)."""
+"""Plain data both the engine and the front ends use: the events of a run (``events.py``), metric
+records (``metrics.py``) and the rule for which worker state a run's observers show
+(``run_states.py``). Pure: no processes, no I/O."""

@@ -50,7 +50,7 @@ def test_stacks_of_a_hung_cell(no_orphans):
         runner.join(120)
         assert report is not None and _explains_the_hang(report), report and report.text()
         assert len(errors) == 1 and isinstance(errors[0], ClusterTimeoutError), errors
-        attached = errors[0].stacks  # type: ignore[attr-defined]
+        attached = errors[0].stacks
         record("12.2 stacks of a hung collective", note=f"explained after {seen_s:.1f} s; on timeout: "
                f"{_explains_the_hang(attached)}", ok=_explains_the_hang(attached))
         assert _explains_the_hang(attached), attached.text()

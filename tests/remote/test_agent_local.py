@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from mwnotebook.processes.shipped import remote_agent, remote_template
+from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-SOURCE = Path(remote_agent.__file__).read_text(encoding="utf-8")
+SOURCE = shipped.bundle("remote_agent.py")  # what the launchers send
 
 
 def agent(config: dict[str, Any], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -106,7 +106,7 @@ def test_kernel_kill_and_stdin_eof() -> None:
                 proc.kill()
 
 
-TEMPLATE_SOURCE = Path(remote_template.__file__).read_text(encoding="utf-8")
+TEMPLATE_SOURCE = shipped.bundle("remote_template.py")
 
 
 def test_template_source_is_ascii() -> None:

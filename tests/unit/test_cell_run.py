@@ -89,6 +89,7 @@ class FakeWorker:
     dies_after: float | None = None
     lose: bool = False
     handle: FakeHandle = None  # type: ignore[assignment]
+    output_log: str = ""
 
     def __post_init__(self) -> None:
         self.handle = FakeHandle(self.index_)

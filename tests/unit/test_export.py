@@ -16,7 +16,7 @@ import pytest
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
-from mwnotebook.export.scripts import MARKER, export_cell, launcher_source, script_source, tf_hosts
+from mwnotebook.export.scripts import MARKER, export_cell, script_source, tf_hosts, worker_script_source
 
 SEED_WORKER_0 = ("TF_CONFIG='{\"cluster\":{\"worker\":[\"127.0.0.1:12345\",\"127.0.0.1:23456\"]},"
                  "\"task\":{\"type\":\"worker\",\"index\":0}}' exec python3 multiworker_train.py")
@@ -42,7 +42,7 @@ def assignments(line: str) -> dict[str, str]:
 
 
 def test_launcher_is_the_seeds_line_for_the_seeds_cluster() -> None:
-    text = launcher_source(["127.0.0.1:12345", "127.0.0.1:23456"], 0, {}, script="multiworker_train.py")
+    text = worker_script_source(["127.0.0.1:12345", "127.0.0.1:23456"], 0, {}, script="multiworker_train.py")
     assert SEED_WORKER_0 in text.splitlines()
 
 

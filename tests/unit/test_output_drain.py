@@ -37,13 +37,8 @@ class FakeClient:
 
 
 def _worker(client: FakeClient, tmp_path) -> Worker:
-    worker = Worker.__new__(Worker)
-    worker.client = client  # type: ignore[assignment]
-    worker._busy = asyncio.Lock()
-    worker.output_log = str(tmp_path / "worker-0.log")
-    worker.handle = type("H", (), {"index": 0})()  # type: ignore[assignment]
-    worker._init_iopub_routing(None)
-    return worker
+    handle = type("H", (), {"index": 0, "host": "fake"})()
+    return Worker(handle, {}, client=client, output_log=str(tmp_path / "worker-0.log"))  # type: ignore[arg-type]
 
 
 def _stream(text: str) -> dict[str, Any]:

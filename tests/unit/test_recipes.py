@@ -74,30 +74,30 @@ def test_warmup_cosine_alpha_and_start():
         recipes.WarmupCosine(1e-3, 64, warmup_steps=1, decay_steps=0)
 
 
-def test_setup_code_sets_policy_and_xla_and_nothing_else():
-    assert worker_setup.setup_code(mixed_precision=None, xla=False) == ""
-    code = worker_setup.setup_code(mixed_precision="float16", xla=True)
+def test_recipe_code_sets_policy_and_xla_and_nothing_else():
+    assert worker_setup.recipe_code(mixed_precision=None, xla=False) == ""
+    code = worker_setup.recipe_code(mixed_precision="float16", xla=True)
     assert "set_global_policy('mixed_float16')" in code
     assert "tf.config.optimizer.set_jit(True)" in code
-    assert "bfloat16" in worker_setup.setup_code(mixed_precision="bfloat16")
-    assert "set_jit" not in worker_setup.setup_code(mixed_precision="bfloat16")
+    assert "bfloat16" in worker_setup.recipe_code(mixed_precision="bfloat16")
+    assert "set_jit" not in worker_setup.recipe_code(mixed_precision="bfloat16")
     compile(code, "<setup>", "exec")  # valid Python
     # It leaves no names behind in the user's namespace.
     assert code.rstrip().endswith("del __mwnotebook_setup")
 
 
-def test_setup_code_reads_a_spec():
+def test_recipe_code_reads_a_spec():
     spec = ClusterSpec(mixed_precision="bfloat16", xla=True, cpu=True, env={"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"})
-    code = worker_setup.setup_code(spec)
+    code = worker_setup.recipe_code(spec)
     assert "mixed_bfloat16" in code and "set_jit(True)" in code
     assert worker_setup.recipe_env(spec) == {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}
     assert worker_setup.recipe_env(ClusterSpec(workers=1, xla=True)) == {}
     assert worker_setup.recipe_env(ClusterSpec(workers=1, cpu=True)) == {}
 
 
-def test_setup_code_rejects_unknown_precision():
+def test_recipe_code_rejects_unknown_precision():
     with pytest.raises(ConfigError, match="bfloat16, float16"):
-        worker_setup.setup_code(mixed_precision="float8")
+        worker_setup.recipe_code(mixed_precision="float8")
 
 
 def _slow_batches(delay: float):

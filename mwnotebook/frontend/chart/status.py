@@ -9,6 +9,7 @@ from typing import Any
 
 from mwnotebook.shared.events import WorkerMetrics, WorkerStateChanged
 from mwnotebook.shared.metrics import as_float, global_key, is_step_record
+from mwnotebook.shared.run_states import RunStates
 
 _STATE_COLOURS = {
     "starting": "#6c757d",
@@ -48,6 +49,7 @@ class StatusBoard:
     def __init__(self, num_workers: int, metric: str) -> None:
         self.metric = metric
         self.workers = {w: WorkerStatus(w) for w in range(num_workers)}
+        self.run_states = RunStates(num_workers)  # which state changes count: shared/run_states.py
 
     def status_for(self, worker: int) -> WorkerStatus:
         status = self.workers.get(worker)
@@ -57,17 +59,16 @@ class StatusBoard:
 
     def on_state(self, event: WorkerStateChanged) -> bool:
         """Apply a state change; False when it is ignored."""
-        status = self.status_for(event.worker)
-        if status.state in ("done", "failed") and event.state != "running":
+        if not self.run_states.apply(event):
             return False  # keep how the run ended (a restart after a failure says starting/idle)
-        status.state = event.state
-        status.error = event.error if event.state == "failed" else ""
+        status = self.status_for(event.worker)
+        status.state, status.error = self.run_states.state(event.worker), self.run_states.error(event.worker)
         return True
 
     def on_metrics(self, event: WorkerMetrics) -> None:
         status = self.status_for(event.worker)
-        if status.state in ("starting", "idle"):
-            status.state = "running"
+        self.run_states.progressed(event.worker)
+        status.state = self.run_states.state(event.worker)
         gkey = global_key(self.metric)
         for record in event.records:
             if not is_step_record(record):

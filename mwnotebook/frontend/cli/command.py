@@ -26,6 +26,7 @@ from mwnotebook.engine.late_output import LateItem, LateOrigin
 from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError, render_failures
 from mwnotebook.frontend.cli.run_report import render_report
 from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
+from mwnotebook.shared.run_states import RunStates
 
 log = logging.getLogger(__name__)
 
@@ -155,23 +156,15 @@ class RunObserver:
         self.workers = workers
         self.relay = TextRelay(stdout, stderr, num_workers=workers)
         self.metrics = MetricsStore()
-        self.states = ["starting"] * workers
-        self.errors = [""] * workers
+        #: Each worker's state and error, by the rule the status table follows (shared/run_states.py).
+        self.run_states = RunStates(workers)
         self.output: list[list[str]] = [[] for _ in range(workers)]
-        self._ran = False
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
         with self._lock:
             if isinstance(event, WorkerStateChanged):
-                # After a failure the core may restart the group ("starting", "idle"): the report
-                # shows how the run ended, not the fresh kernels.
-                if self._ran and event.state in ("starting", "idle", "stopped"):
-                    return
-                self._ran = self._ran or event.state == "running"
-                self.states[event.worker] = event.state
-                if event.error:
-                    self.errors[event.worker] = event.error
+                self.run_states.apply(event)
             elif isinstance(event, WorkerMetrics):
                 self.metrics.add(event.worker, event.records)
             elif isinstance(event, WorkerOutput):
@@ -208,8 +201,16 @@ class RunObserver:
         """Per-worker verdicts from the run's error (the cause first in ``exc.failures``)."""
         with self._lock:
             for failure in exc.failures:
-                self.states[failure.worker] = "failed" if failure.kind in ("error", "died") else failure.kind
-                self.errors[failure.worker] = failure.headline()
+                self.run_states.record(failure.worker, "failed" if failure.kind in ("error", "died")
+                                       else failure.kind, failure.headline())
+
+    @property
+    def states(self) -> list[str]:
+        return self.run_states.states
+
+    @property
+    def errors(self) -> list[str]:
+        return self.run_states.errors
 
 
 def describe_failure(exc: ClusterRunError, keep_color: bool = False) -> str:

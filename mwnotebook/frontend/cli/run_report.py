@@ -11,14 +11,24 @@ from typing import Protocol
 from mwnotebook.shared.metrics import MetricsStore
 
 
-class RunObserver(Protocol):
-    """What the report reads of a run (``cli.RunObserver`` collects it from the run's events)."""
+class RunRecord(Protocol):
+    """What the report reads of a run (``frontend/cli/command.py`` ``RunObserver`` collects it
+    from the run's events)."""
 
-    workers: int
-    metrics: MetricsStore
-    states: list[str]
-    errors: list[str]
-    output: list[list[str]]
+    @property
+    def workers(self) -> int: ...
+
+    @property
+    def metrics(self) -> MetricsStore: ...
+
+    @property
+    def states(self) -> list[str]: ...
+
+    @property
+    def errors(self) -> list[str]: ...
+
+    @property
+    def output(self) -> list[list[str]]: ...
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -28,7 +38,7 @@ def plain(text: str, keep_color: bool) -> str:
     return text if keep_color else _ANSI.sub("", text)
 
 
-def _figures_html(observer: RunObserver) -> str:
+def _figures_html(observer: RunRecord) -> str:
     store = observer.metrics
     local = sorted({name for name in store.metric_names() if not name.startswith("global_")},
                    key=lambda n: (n != "loss", n))
@@ -45,7 +55,7 @@ def _figures_html(observer: RunObserver) -> str:
                      for number, metric in enumerate(names))
 
 
-def render_report(script: str, observer: RunObserver, verdict: str, elapsed: float,
+def render_report(script: str, observer: RunRecord, verdict: str, elapsed: float,
                   failure_text: str = "") -> str:
     """A self-contained HTML page: curves (plotly.js inlined), worker status and output."""
     esc = html.escape

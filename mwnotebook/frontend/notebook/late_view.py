@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from mwnotebook.engine.late_output import LateItem, LateOrigin
+from mwnotebook.frontend.notebook.output_areas import worker_display_id
 from mwnotebook.frontend.text.relay import late_label, late_lines
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class NotebookLateView:
                 data["text/html"] = f"<b>{html.escape(tag)}</b>" + str(data["text/html"])
             transient = dict(content.get("transient") or {})
             if "display_id" in transient:  # the id its cell gave this worker's display
-                transient["display_id"] = f"mw-{prefix}-w{item.worker}-{transient['display_id']}"
+                transient["display_id"] = worker_display_id(prefix, item.worker, transient["display_id"])
             elif item.msg_type == "update_display_data":
                 return
             self._send(item.msg_type, {"data": data, "metadata": content.get("metadata", {}),

@@ -112,9 +112,10 @@ class NotebookSession:
         publish_display_data(tf_config_bundle(cluster.tf_configs, _hosts_of(cluster)))
         if not self._security_notice_shown:
             self._security_notice_shown = True
-            addresses = [c["cluster"]["worker"][c["task"]["index"]] for c in cluster.tf_configs]
+            spec = cluster.spec
             # A warning goes to stderr; the all-clear of a private namespace is plain information.
-            print(security_notice(addresses, cluster.network_isolated, remote=bool(cluster.spec.hosts)),
+            print(security_notice(cluster.addresses, cluster.network_isolated,
+                                  remote=bool(spec.hosts) or spec.uses_slurm),
                   file=sys.stdout if cluster.network_isolated else sys.stderr)
 
 

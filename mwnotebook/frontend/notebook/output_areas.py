@@ -110,6 +110,14 @@ class WorkerScreen:
         return {"text/plain": "\n".join(plain), "text/html": page}
 
 
+def worker_display_id(prefix: str, worker: int, display_id: str) -> str:
+    """The notebook's display id for a display a worker made with its own ``display_id``: one
+    scheme for the cell's output and its late output (``late_view.py``), so that a late
+    ``update_display_data`` finds the display its cell made. ``prefix`` is the cell's
+    (:attr:`WorkerOutputAreas.display_prefix`); the worker part keeps two workers' equal ids apart."""
+    return f"mw-{prefix}-w{worker}-{display_id}"
+
+
 def _ipython_publish(bundle: dict[str, Any], display_id: str, update: bool) -> None:
     from IPython.display import publish_display_data
 
@@ -311,7 +319,7 @@ class WorkerOutputAreas:
     def _show_rich(self, worker: int, msg_type: str, content: IOPubContent) -> None:
         transient = dict(content.get("transient") or {})
         if "display_id" in transient:  # the worker's own ids, kept apart from other workers'
-            transient["display_id"] = f"mw-{self._prefix}-w{worker}-{transient['display_id']}"
+            transient["display_id"] = worker_display_id(self._prefix, worker, transient["display_id"])
         data, metadata = dict(content.get("data", {})), content.get("metadata", {})
         self._flush_streams()
         if msg_type == "display_data":

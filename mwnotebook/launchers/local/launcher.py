@@ -425,10 +425,9 @@ async def prestart_template(python: str | None = None, env: Mapping[str, str] | 
         return None
     if env is None:
         from mwnotebook.config.spec import ClusterSpec
-        from mwnotebook.config.worker_env import worker_envs
+        from mwnotebook.config.worker_env import startup_env
 
-        spec = ClusterSpec()
-        env = worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]
+        env = startup_env(ClusterSpec())
     interpreter = (shutil.which(python) or python) if python else sys.executable
     try:
         template = pool.get(interpreter, worker_process_env(env), network in ("auto", "private"))

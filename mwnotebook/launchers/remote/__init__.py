@@ -1,2 +1,3 @@
-"""What SSH and Slurm workers share: the remote agent's channel and events, the kernel handle, the
-remote-template pool."""
+"""What SSH and Slurm workers share: one run of the remote agent (``agent_channel.py``, whose
+transport each backend supplies) and its events (``agent_events.py``), the remote kernel handle
+(``kernel_handle.py``), the remote worker-template pool (``template_pool.py``)."""

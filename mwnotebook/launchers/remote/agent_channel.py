@@ -1,5 +1,8 @@
-"""The SSH side of one remote agent run (see ``processes/shipped/remote_agent.py``), and the sentences that turn SSH
-and agent failures into start-up errors a user can act on."""
+"""One run of the remote agent (``processes/shipped/remote_agent.py``), whatever carries its
+channel: :class:`AgentRun` holds what every run does (send the agent's source, ping it, hand it its
+configuration, read its events, say why it ended); an SSH channel (``launchers/ssh/agent.py``) or
+a Slurm job step (``launchers/slurm/agent.py``) supplies the transport. Also the sentence that
+turns an agent's failure event into a start-up error a user can act on."""
 
 from __future__ import annotations
 
@@ -7,15 +10,14 @@ import asyncio
 import contextlib
 import json
 import logging
-import shlex
 from collections.abc import Mapping
 from typing import Any
-
-import asyncssh
 
 from mwnotebook.launchers.remote.agent_events import AgentEvent, next_agent_event
 from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
+
+__all__ = ["AGENT_PING_SECONDS", "AGENT_SILENCE_LIMIT", "BOOTSTRAP", "DEFAULT_REQUIRE", "AgentRun", "agent_error"]
 
 log = logging.getLogger(__name__)
 
@@ -25,83 +27,93 @@ log = logging.getLogger(__name__)
 AGENT_PING_SECONDS = 2.0
 AGENT_SILENCE_LIMIT = 10.0
 
-_AGENT_SOURCE = shipped.source("remote_agent.py")
+#: What a remote host's interpreter must have for a worker (the agent checks before anything starts).
+DEFAULT_REQUIRE = ("ipykernel", "tensorflow")
+
+_AGENT_SOURCE = shipped.bundle("remote_agent.py")  # with the helpers it imports
 
 
-class Agent:
-    """One run of the remote agent on an SSH channel."""
+class AgentRun:
+    """One run of the remote agent. A subclass sets ``process`` before calling ``__init__`` and
+    supplies the transport: :meth:`_write`, :meth:`_readline`, :meth:`_read_stderr`,
+    :meth:`_running`, :meth:`_wait`, :meth:`_ended_reason` and :meth:`close`."""
 
-    def __init__(self, process: asyncssh.SSHClientProcess[str], host: str) -> None:
-        self.process = process
+    def __init__(self, host: str) -> None:
         self.host = host
         self._stderr: list[str] = []
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
-        self._ping_task = asyncio.ensure_future(self._ping())
+        self._ping_task: asyncio.Future[None] | None = None
 
-    @classmethod
-    async def start(cls, conn: asyncssh.SSHClientConnection, host: str, python: str) -> Agent:
-        """Run the agent, which then waits for :meth:`configure`; raises
-        ``asyncssh.ChannelOpenError`` when the connection has no room for another session."""
-        command = f"exec {shlex.quote(python)} -u -c {shlex.quote(BOOTSTRAP)}"
-        process = await conn.create_process(command, encoding="utf-8")
-        agent = cls(process, host)
-        process.stdin.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}ping {AGENT_SILENCE_LIMIT:g}\n")
-        return agent
+    # -- the transport ------------------------------------------------------------------------
+    def _write(self, text: str) -> None:
+        """Write to the agent's stdin; never raises (a closed channel shows in the next event)."""
+        raise NotImplementedError
+
+    async def _readline(self) -> str | bytes:
+        raise NotImplementedError
+
+    async def _read_stderr(self) -> str:
+        """The next chunk of the agent's stderr ('' at its end)."""
+        raise NotImplementedError
+
+    def _running(self) -> bool:
+        raise NotImplementedError
+
+    async def _wait(self) -> None:
+        """Until the agent's process (or channel) has ended."""
+        raise NotImplementedError
+
+    def _ended_reason(self, python: str, stderr: str) -> str:
+        """A one-line reason for an agent that ended without an event, from its last stderr."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    # -- what every run does --------------------------------------------------------------------
+    def _send_source(self, ping: bool) -> None:
+        """Send the agent its source (read by ``BOOTSTRAP``); with ``ping``, arm its silence
+        watchdog and keep it fed."""
+        self._write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}")
+        if ping:
+            self.send(f"ping {AGENT_SILENCE_LIMIT:g}")
+            self._ping_task = asyncio.ensure_future(self._ping())
 
     async def _ping(self) -> None:
         """Tell the agent, every AGENT_PING_SECONDS, that the notebook side is still there."""
-        while not self.process.is_closing():
+        while self._running():
             await asyncio.sleep(AGENT_PING_SECONDS)
             self.send("ping")
+
+    def _stop_pinging(self) -> None:
+        if self._ping_task is not None:
+            self._ping_task.cancel()
 
     def configure(self, config: Mapping[str, Any]) -> None:
         """Hand the agent its role and settings (one JSON line: never on a command line).
         If the agent has already ended (no interpreter), its next event says why."""
         self.send(json.dumps(dict(config)))
 
-    @property
-    def usable(self) -> bool:
-        """Still running and not yet configured (a spare started ahead of time)."""
-        return not self.process.is_closing() and self.process.exit_status is None
+    def send(self, line: str) -> None:
+        self._write(line + "\n")
 
     async def _drain_stderr(self) -> None:
         with contextlib.suppress(Exception):
-            while chunk := await self.process.stderr.read(4096):
+            while chunk := await self._read_stderr():
                 self._stderr.append(chunk)
                 del self._stderr[:-8]
 
     async def next_event(self) -> AgentEvent | None:
         """The next JSON event, or None when the channel closed."""
-        return await next_agent_event(self.process.stdout.readline, self.host)
-
-    def send(self, line: str) -> None:
-        with contextlib.suppress(Exception):
-            self.process.stdin.write(line + "\n")
+        return await next_agent_event(self._readline, self.host)
 
     async def why_it_ended(self, python: str) -> str:
         """A one-line reason after the agent ended without an event (bad interpreter, crash)."""
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.process.wait_closed(), 3)
+            await asyncio.wait_for(self._wait(), 3)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._stderr_task, 1)
-        status = self.process.exit_status
-        stderr = "".join(self._stderr).strip()
-        if status == 127:
-            return (f"Python interpreter {python!r} was not found on the host; pass --python "
-                    "with the path of the interpreter that has ipykernel and tensorflow")
-        if status == 126:
-            return f"{python!r} on the host is not executable"
-        last = stderr.splitlines()[-1] if stderr else ""
-        return f"the remote agent ended (exit status {status}){': ' + last if last else ''}"
-
-    async def close(self) -> None:
-        self._ping_task.cancel()
-        with contextlib.suppress(Exception):
-            self.process.stdin.write_eof()
-        with contextlib.suppress(Exception):
-            self.process.close()
-            await asyncio.wait_for(self.process.wait_closed(), 3)
-        self._stderr_task.cancel()
+        return self._ended_reason(python, "".join(self._stderr).strip())
 
 
 def agent_error(event: Mapping[str, Any], python: str) -> str:

@@ -1,6 +1,6 @@
 """What the SSH and Slurm launchers share about remote agents (``processes/shipped/remote_agent.py``), whatever
-carries their channel: an SSH channel (``ssh_channel.Agent``) or a Slurm job step's stdout
-(``slurm.SrunAgent``)."""
+carries their channel: an SSH channel (``ssh/agent.py`` ``SSHAgent``) or a Slurm job step's
+stdout (``slurm/agent.py`` ``SrunAgent``)."""
 
 from __future__ import annotations
 

@@ -1,34 +1,38 @@
-"""One kernel on a remote host as the SSH launcher (and, by subclass, the Slurm launcher) sees it:
-reached through port forwards, watched and controlled through its agent's channel."""
+"""One kernel on a remote host as the SSH and Slurm launchers see it: reached through port forwards
+(or at its node's address), watched and controlled through its agent's channel. Each backend says
+in its own words why a kernel is gone when the channel closed (``launchers/ssh/kernel_handle.py``,
+``launchers/slurm/launcher.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import asyncssh
 
-from mwnotebook.config.hosts import HostSpec
-from mwnotebook.launchers.remote.agent_channel import Agent
-from mwnotebook.launchers.ssh.connect import loss_reason
+from mwnotebook.launchers.remote.agent_channel import AgentRun
 
-__all__ = ["SSHKernelHandle"]
+__all__ = ["Place", "RemoteKernelHandle"]
 
 log = logging.getLogger(__name__)
 
 
-class SSHKernelHandle:
-    """A kernel on a remote host, reached through SSH port forwards (see ``ssh.py``'s docstring)."""
+class Place(Protocol):
+    """Where a remote kernel runs (a ``HostSpec``, a Slurm node): ``target`` names the worker's host."""
 
-    def __init__(self, index: int, spec: HostSpec, agent: Agent, pid: int,
-                 listeners: list[asyncssh.SSHListener], connection_info: dict[str, Any],
-                 conn: asyncssh.SSHClientConnection | None = None, keepalive_seconds: float = 0) -> None:
+    @property
+    def target(self) -> str: ...
+
+
+class RemoteKernelHandle:
+    """A kernel on a remote host (see :class:`mwnotebook.launchers.base.KernelHandle`)."""
+
+    def __init__(self, index: int, place: Place, agent: AgentRun, pid: int,
+                 listeners: list[asyncssh.SSHListener], connection_info: dict[str, Any]) -> None:
         self.index = index
-        self._conn = conn
-        self._keepalive_seconds = keepalive_seconds
-        self.host = spec.target
+        self.host = place.target
         self._agent = agent
         self._pid = pid
         self._listeners = listeners
@@ -66,8 +70,7 @@ class SSHKernelHandle:
 
     def _lost_description(self) -> str:
         """Why the kernel is gone when its agent's channel closed without an exit event."""
-        reason = loss_reason(self._conn, self._keepalive_seconds) if self._conn else ""
-        return f"lost the SSH connection to {self.host}" + (f": {reason}" if reason else "")
+        return f"lost the channel to its agent on {self.host}"
 
     @property
     def ended(self) -> bool:

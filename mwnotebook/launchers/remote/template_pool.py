@@ -26,7 +26,7 @@ from mwnotebook.processes import shipped
 
 log = logging.getLogger(__name__)
 
-TEMPLATE_SOURCE = shipped.source("remote_template.py")
+TEMPLATE_SOURCE = shipped.bundle("remote_template.py")  # with the helpers it imports
 
 
 class AgentChannel(Protocol):

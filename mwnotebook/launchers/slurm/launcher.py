@@ -23,111 +23,37 @@ each kernel port reached through an SSH forward from the notebook's loopback to 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import os
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config import slurm_options as cmd
 from mwnotebook.config.tf_config import format_address
+from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
-from mwnotebook.launchers.remote.agent_channel import AGENT_PING_SECONDS, AGENT_SILENCE_LIMIT, agent_error
-from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders, next_agent_event
+from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE, agent_error
+from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
+from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
+from mwnotebook.launchers.slurm.agent import SrunAgent
 from mwnotebook.launchers.slurm.job import SlurmAllocation
-from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmProcess, SlurmShell
-from mwnotebook.launchers.ssh.launcher import DEFAULT_REQUIRE, SSHKernelHandle, shared_worker_env
-from mwnotebook.processes import shipped
-from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
+from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmShell
+
+if TYPE_CHECKING:
+    from mwnotebook.config.spec import ClusterSpec
 
 __all__ = ["SlurmLauncher", "SrunAgent"]
 
 log = logging.getLogger(__name__)
 
-_AGENT_SOURCE = shipped.source("remote_agent.py")
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
-class SrunAgent:
-    """One run of the remote agent as a Slurm job step (the srun process's stdin/stdout, here or in
-    an SSH session on the login node)."""
-
-    def __init__(self, process: SlurmProcess, node: str) -> None:
-        self.process = process
-        self.host = node
-        self._stderr: list[str] = []
-        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
-        self._ping_task: asyncio.Future[None] | None = None
-
-    @classmethod
-    async def start(cls, shell: SlurmShell, job_id: str, node: str, python: str,
-                    gpus: int | None = None) -> SrunAgent:
-        process = await shell.spawn(cmd.srun_argv(job_id, node, [python, "-u", "-c", BOOTSTRAP], gpus))
-        agent = cls(process, node)
-        agent.process.write(f"{len(_AGENT_SOURCE)}\n{_AGENT_SOURCE}".encode())
-        if shell.pings:
-            # Over SSH the agent also stops when the notebook side falls silent (see ssh_channel).
-            agent.send(f"ping {AGENT_SILENCE_LIMIT:g}")
-            agent._ping_task = asyncio.ensure_future(agent._ping())
-        return agent
-
-    async def _ping(self) -> None:
-        while self.process.returncode is None:
-            await asyncio.sleep(AGENT_PING_SECONDS)
-            self.send("ping")
-
-    def configure(self, config: Mapping[str, Any]) -> None:
-        self.send(json.dumps(dict(config)))
-
-    def send(self, line: str) -> None:
-        self.process.write((line + "\n").encode())
-
-    async def _drain_stderr(self) -> None:
-        with contextlib.suppress(Exception):
-            while chunk := await self.process.stderr.read(4096):
-                self._stderr.append(chunk.decode(errors="replace"))
-                del self._stderr[:-8]
-
-    async def next_event(self) -> AgentEvent | None:
-        return await next_agent_event(self.process.stdout.readline, self.host)
-
-    async def why_it_ended(self, python: str) -> str:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.process.wait(), 3)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._stderr_task, 1)
-        lines = "".join(self._stderr).strip().splitlines()
-        if any("execve" in line for line in lines):
-            return (f"Python interpreter {python!r} could not be started on the node; pass --python with "
-                    "the path of the nodes' interpreter that has ipykernel and tensorflow")
-        errors = [line for line in lines if "error" in line] or lines
-        detail = f": {errors[0].strip()}" if errors else ""
-        return f"the job step ended (exit status {self.process.returncode}){detail}"
-
-    async def close(self) -> None:
-        """stdin EOF (the agent kills its kernel and exits, ending the step); then by force."""
-        if self._ping_task is not None:
-            self._ping_task.cancel()
-        self.process.close_stdin()
-        try:
-            await asyncio.wait_for(self.process.wait(), 5)
-        except asyncio.TimeoutError:
-            self.process.terminate()  # srun cancels its step
-            try:
-                await asyncio.wait_for(self.process.wait(), 5)
-            except asyncio.TimeoutError:
-                self.process.kill()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.process.wait(), 5)
-        self._stderr_task.cancel()
-
-
-class SlurmKernelHandle(SSHKernelHandle):
+class SlurmKernelHandle(RemoteKernelHandle):
     """A kernel in a job step, reached at its node's address (or through the login node)."""
 
     shell: SlurmShell | None = None
@@ -181,14 +107,13 @@ class SlurmLauncher:
         self._templates = RemoteTemplates(self.python, self.require, self.cwd)
 
     @classmethod
-    def from_spec(cls, spec: Any) -> SlurmLauncher:
-        login = getattr(spec, "slurm_login", None)
+    def from_spec(cls, spec: ClusterSpec) -> SlurmLauncher:
+        login = spec.slurm_login
         inside = os.environ.get("SLURM_JOB_ID") if not spec.slurm and not login else None
         return cls(salloc_args=spec.slurm, job_id=spec.slurm_job or inside, workers=spec.workers,
                    workers_per_host=spec.workers_per_host, gpus_per_worker=spec.gpus_per_worker,
                    python=spec.python, startup_timeout=spec.startup_timeout, login=login,
-                   ssh_config=getattr(spec, "ssh_config", None),
-                   template=getattr(spec, "template", True), startup_env=shared_worker_env(spec))
+                   template=spec.template, startup_env=spec_startup_env(spec))
 
     def abort_start(self) -> None:
         """Ctrl-C during a start: a wait in Slurm's queue ends now and the pending job is cancelled
@@ -306,7 +231,7 @@ class SlurmLauncher:
                 listener.close()
             await agent.close()
             raise
-        handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), listeners, info)  # type: ignore[arg-type]
+        handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), listeners, info)
         handle.shell = self.shell
         handle.remote_dir = str(event.get("dir", ""))
         self._handles = [h for h in self._handles if not h.ended] + [handle]

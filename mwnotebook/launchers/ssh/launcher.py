@@ -33,26 +33,30 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
 from mwnotebook.config.hosts import HostsArg, HostSpec, parse_tf_address, worker_hosts
 from mwnotebook.config.tf_config import format_address
+from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
-from mwnotebook.launchers.remote.agent_channel import Agent, agent_error
+from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE, agent_error
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
-from mwnotebook.launchers.remote.kernel_handle import SSHKernelHandle
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
+from mwnotebook.launchers.ssh.agent import SSHAgent
 from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, open_connection
+from mwnotebook.launchers.ssh.kernel_handle import SSHKernelHandle
 
-__all__ = ["SSHLauncher", "SSHKernelHandle"]
+if TYPE_CHECKING:
+    from mwnotebook.config.spec import ClusterSpec
+
+__all__ = ["DEFAULT_REQUIRE", "SSHLauncher", "SSHKernelHandle"]
 
 log = logging.getLogger(__name__)
 
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
-DEFAULT_REQUIRE = ("ipykernel", "tensorflow")
 #: Upper bound on SSH connections to one host (each carries up to sshd's MaxSessions sessions).
 MAX_CONNECTIONS_PER_HOST = 16
 #: SSH keepalive: one every KEEPALIVE_INTERVAL s of silence, the connection is dropped after
@@ -65,17 +69,6 @@ KEEPALIVE_COUNT_MAX = 3
 RECONNECT_WINDOW = 30.0
 
 HostKey = tuple[str, str | None, int | None]
-
-
-def shared_worker_env(spec: Any) -> dict[str, str] | None:
-    """The environment every worker of ``spec`` shares at start (what picks its host's template),
-    or None when it can't be told before the workers' own turn."""
-    from mwnotebook.config.worker_env import worker_envs
-
-    try:
-        return worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]
-    except Exception:  # the cluster reports a bad spec itself, in its own words
-        return None
 
 
 class SSHLauncher:
@@ -123,8 +116,8 @@ class SSHLauncher:
         self._conns: dict[HostKey, list[asyncssh.SSHClientConnection]] = {}
         self._full: set[asyncssh.SSHClientConnection] = set()
         self._conn_locks: dict[HostKey, asyncio.Lock] = {}
-        self._holders: list[Agent] = []
-        self._spares: dict[int, tuple[asyncssh.SSHClientConnection, Agent]] = {}
+        self._holders: list[SSHAgent] = []
+        self._spares: dict[int, tuple[asyncssh.SSHClientConnection, SSHAgent]] = {}
         self._handles: list[SSHKernelHandle] = []
         #: Fork workers from a template per host (``remote_templates.py``); ``startup_env`` (the
         #: environment all workers share) lets tf_addresses start them before the workers' turn.
@@ -133,20 +126,19 @@ class SSHLauncher:
         self._templates = RemoteTemplates(self.python, self.require, cwd)
 
     @classmethod
-    def from_spec(cls, spec: Any) -> SSHLauncher:
-        """Build from a ``ClusterSpec`` (``hosts``, ``workers``, ``python``, ``tf_address``,
-        ``startup_timeout`` and, where the spec has it, ``workers_per_host``)."""
-        placement = getattr(spec, "placement", None)
+    def from_spec(cls, spec: ClusterSpec) -> SSHLauncher:
+        """Build from a ``ClusterSpec`` (its placement, ``python``, ``tf_address``, start-up timeout
+        and template choice). The SSH config file is OpenSSH's own, or $MWNOTEBOOK_SSH_CONFIG."""
+        placement = spec.placement
         return cls(
             [replace(h, slots=1) for h in placement] if placement else spec.hosts,  # parsed once, by the spec
             workers=spec.workers,
-            workers_per_host=None if placement else getattr(spec, "workers_per_host", None),
+            workers_per_host=None if placement else spec.workers_per_host,
             python=spec.python,
             tf_address=spec.tf_address,
             startup_timeout=spec.startup_timeout,
-            ssh_config=getattr(spec, "ssh_config", None),
-            template=getattr(spec, "template", True),
-            startup_env=shared_worker_env(spec),
+            template=spec.template,
+            startup_env=spec_startup_env(spec),
         )
 
     # -- connections ---------------------------------------------------------------------------
@@ -180,12 +172,12 @@ class SSHLauncher:
             self._conns.setdefault(spec.key, []).append(session.conn)
             return session.conn
 
-    async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, Agent]:
+    async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, SSHAgent]:
         """Start the agent on ``spec``'s host, on a new connection if the current one is full."""
         for _ in range(MAX_CONNECTIONS_PER_HOST):
             conn = await self._connect(spec)
             try:
-                return conn, await Agent.start(conn, spec.target, self.python)
+                return conn, await SSHAgent.start(conn, spec.target, self.python)
             except asyncssh.ChannelOpenError as exc:
                 log.debug("%s refused another session (%s); opening another connection",
                           spec.target, exc.reason)
@@ -242,7 +234,7 @@ class SSHLauncher:
         await asyncio.gather(*(h.close() for h in holders), *(a.close() for _, a in spares),
                              return_exceptions=True)
 
-    async def _first_event(self, agent: Agent, spec: HostSpec, timeout: float) -> AgentEvent:
+    async def _first_event(self, agent: SSHAgent, spec: HostSpec, timeout: float) -> AgentEvent:
         """The agent's first event, raising ClusterStartError (naming the host) for failures."""
         try:
             event = await asyncio.wait_for(agent.next_event(), timeout)
@@ -321,7 +313,7 @@ class SSHLauncher:
         if not self.use_template:
             return None
 
-        async def start_agent() -> Agent:
+        async def start_agent() -> SSHAgent:
             return (await self._run_agent(spec))[1]
 
         return self._templates.get(spec.key, spec.target, env, start_agent)

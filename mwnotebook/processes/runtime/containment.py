@@ -24,9 +24,10 @@ import logging
 import os
 import sys
 
+from mwnotebook.processes.shipped import owner_watch
+
 log = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
 #: ``0`` disables containment (to measure without it).
 DISABLE_ENV = "MWNOTEBOOK_CONTAIN_CHILDREN"
 
@@ -34,32 +35,16 @@ DISABLE_ENV = "MWNOTEBOOK_CONTAIN_CHILDREN"
 mode = "none"
 
 
-#: The watchdog's program, run as ``python -S -c WATCHDOG_CODE WORKER_PID``: a fresh, tiny process
-#: (not a copy of the worker, whose command line process listings would count as a second worker).
-WATCHDOG_CODE = """
-import ctypes, os, signal, sys
-worker = int(sys.argv[1])
-def kill_group(*_):
-    os.killpg(worker, signal.SIGKILL)
-    os._exit(0)
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2):
-    signal.signal(sig, signal.SIG_IGN)
-signal.signal(signal.SIGUSR1, kill_group)
-if ctypes.CDLL(None).prctl(1, signal.SIGUSR1, 0, 0, 0) != 0:
-    os._exit(1)
-if os.getppid() != worker:
-    kill_group()
-while True:
-    signal.pause()
-"""
-
-
 def _start_watchdog(worker_pid: int) -> None:
+    """Fork the watchdog and exec ``python -S owner_watch.py WORKER_PID`` in the child: a fresh,
+    tiny process (not a copy of the worker, whose command line process listings would count as a
+    second worker) that kills the worker's group when the worker dies (``owner_watch.watch_group``)."""
+    program = owner_watch.__file__
     if os.fork() != 0:
         return
     try:  # the child: become the watchdog (exec keeps the pid, the parent and the process group)
         os.closerange(3, 4096)
-        os.execv(sys.executable, [sys.executable, "-S", "-c", WATCHDOG_CODE, str(worker_pid)])
+        os.execv(sys.executable, [sys.executable, "-S", program, str(worker_pid)])
     finally:
         os._exit(1)
 

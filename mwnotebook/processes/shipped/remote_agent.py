@@ -34,7 +34,6 @@ Every message to the launcher is one JSON line on stdout: ``{"event": ...}``.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import os
@@ -48,6 +47,11 @@ import tempfile
 import threading
 import time
 from typing import Any
+
+try:  # imported as part of the package
+    from . import owner_watch
+except ImportError:  # run from source: the helper was sent along (processes/shipped/__init__.py bundle)
+    import owner_watch  # type: ignore[no-redef]
 
 #: What the launcher runs on the remote host, after ``exec PYTHON -u -c``: read a length line,
 #: then that many characters of agent source, and run it as ``__main__``.
@@ -162,15 +166,6 @@ def run_ports(config: dict[str, Any]) -> int:
     for sock in held:
         sock.close()
     return 0
-
-
-def _die_with_parent() -> None:
-    """In the kernel child: get SIGKILL when the agent dies, however it dies (Linux only)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _read_ports(path: str) -> dict[str, Any] | None:
@@ -313,7 +308,7 @@ class Kernel:
             return subprocess.Popen(
                 [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
+                cwd=cwd, start_new_session=True, preexec_fn=owner_watch.die_with_parent,
             )
 
     def _from_template(self, path: str | None, env: dict[str, str], cwd: str | None) -> ForkedProcess | None:

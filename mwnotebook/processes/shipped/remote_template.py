@@ -35,13 +35,16 @@ import socket
 import struct
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-OWNER_POLL_SECONDS = 0.5
+try:  # imported as part of the package
+    from . import owner_watch
+except ImportError:  # run from source: the helper was sent along (processes/shipped/__init__.py bundle)
+    import owner_watch  # type: ignore[no-redef]
+
 #: Each template's private directory: DIR_PREFIX + its pid + a random suffix, in the temp dir.
 DIR_PREFIX = "mwnotebook-template-"
 #: What a kernel imports while it initialises, loaded once here (none of it starts a thread).
@@ -291,7 +294,8 @@ class Template:
         numpy = sys.modules.get("numpy")
         if numpy is not None:  # siblings would share the template's numpy random state
             numpy.random.seed()
-        _watch_owner(int(request["owner"]))
+        # End this kernel (its whole process group) when the agent that asked for it is gone.
+        owner_watch.watch_process(int(request["owner"]), _kill_own_group)
         argv = [str(a) for a in request["argv"]]
         sys.argv = ["ipykernel_launcher", *argv]
         from ipykernel import kernelapp
@@ -299,43 +303,8 @@ class Template:
         kernelapp.launch_new_instance(argv)
 
 
-def _owner_gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass
-        return False
-
-
-def _watch_owner(owner: int) -> None:
-    """End this kernel (its whole process group) when the agent that asked for it is gone."""
-    pidfd = None
-    try:
-        pidfd = os.pidfd_open(owner)  # Python >= 3.9, Linux >= 5.3
-    except ProcessLookupError:
-        os.killpg(0, signal.SIGKILL)
-    except (AttributeError, OSError):
-        pass
-
-    def watch() -> None:
-        while True:
-            if pidfd is not None:
-                select.select([pidfd], [], [])
-            else:
-                time.sleep(OWNER_POLL_SECONDS)
-                if not _owner_gone(owner):
-                    continue
-            os.killpg(0, signal.SIGKILL)
-
-    if pidfd is None and _owner_gone(owner):
-        os.killpg(0, signal.SIGKILL)
-    threading.Thread(target=watch, name="mwnotebook-owner-watch", daemon=True).start()
+def _kill_own_group() -> None:
+    os.killpg(0, signal.SIGKILL)
 
 
 def run(config: dict[str, Any], send: Callable[..., None], silence_limit: float) -> int:

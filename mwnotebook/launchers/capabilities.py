@@ -1,0 +1,65 @@
+"""What some launchers and kernel handles can do beyond :mod:`mwnotebook.launchers.base`.
+
+Each optional capability is one small Protocol, so that the engine asks ``isinstance(launcher,
+AbortsStart)`` instead of guessing with ``getattr`` (a misspelt name would silently read as "not
+there"), and mypy checks the implementations. Who has what today:
+
+| capability | implemented by |
+|---|---|
+| :class:`Isolates` (``isolated``) | ``launchers/local/launcher.py`` ``LocalLauncher`` |
+| :class:`AbortsStart` (``abort_start``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
+| :class:`ReportsJob` (``status``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
+| :class:`HasLogTail` (``log_tail``) | local and remote kernel handles |
+| :class:`HasConnectionFile` (``connection_file``) | local kernel handles (forked or fresh) |
+
+A worker's ``output_log`` is no capability: every engine ``Worker`` has one
+(``engine/cell_run.py`` ``RunWorker``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Isolates(Protocol):
+    """A launcher that may keep the workers' TensorFlow ports in a private network namespace."""
+
+    @property
+    def isolated(self) -> bool:
+        """True when it does, for the workers started now."""
+        ...
+
+
+@runtime_checkable
+class AbortsStart(Protocol):
+    """A launcher whose start can wait (a scheduler's queue) and can be given up at once."""
+
+    def abort_start(self) -> None:
+        """End a start that is waiting; safe to call at any time, from the loop's thread."""
+        ...
+
+
+@runtime_checkable
+class ReportsJob(Protocol):
+    """A launcher whose workers run inside a batch job."""
+
+    async def status(self) -> dict[str, Any]:
+        """The job the workers run in (id, nodes, state)."""
+        ...
+
+
+@runtime_checkable
+class HasLogTail(Protocol):
+    """A kernel handle that keeps the kernel's own log (what it wrote before it could talk)."""
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of that log ('' when there is none)."""
+        ...
+
+
+@runtime_checkable
+class HasConnectionFile(Protocol):
+    """A kernel handle whose connection file is on this machine (signals and files beside it work)."""
+
+    connection_file: str

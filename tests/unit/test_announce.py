@@ -1,0 +1,44 @@
+"""``%%mwtrain``'s first announcement of a cluster (frontend/notebook/magics.py ``announce``)
+takes the addresses from the cluster and where the workers run from the spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mwnotebook import ClusterSpec
+from mwnotebook.frontend.notebook import magics
+
+
+class _Info:
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+
+class _Cluster:
+    network_isolated = False
+
+    def __init__(self, spec: ClusterSpec, addresses: list[str]) -> None:
+        self.spec = spec
+        self.addresses = addresses
+        self.tf_configs = [{"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}}
+                           for i in range(len(addresses))]
+
+    def status(self) -> list[_Info]:
+        return [_Info(a.rpartition(":")[0]) for a in self.addresses]
+
+
+@pytest.mark.parametrize("spec, where", [(ClusterSpec(workers=2), "this machine"),
+                                         (ClusterSpec(hosts=("a", "b")), "the worker hosts"),
+                                         (ClusterSpec(slurm="", workers=2), "the worker hosts")],
+                         ids=["local", "ssh", "slurm"])
+def test_the_notice_names_the_ports_and_where_they_are(spec: ClusterSpec, where: str, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    shown: list[Any] = []
+    monkeypatch.setattr(magics, "publish_display_data", shown.append)
+    session = magics.NotebookSession()
+    session.announce(_Cluster(spec, ["n1:2222", "n2:3333"]))  # type: ignore[arg-type]
+    notice = capsys.readouterr().err
+    assert "2222, 3333" in notice and where in notice, notice
+    assert len(shown) == 1
