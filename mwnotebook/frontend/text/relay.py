@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from mwnotebook.shared.events import Event, WorkerOutput
+from mwnotebook.shared.events import Event, RunRestarted, WorkerOutput
 
 DisplayFn = Callable[[dict[str, Any], dict[str, Any]], None]
 
@@ -55,6 +55,11 @@ def show_startup_default() -> bool:
 
 def worker_label(worker: int) -> str:
     return f"[worker {worker}] "
+
+
+def restart_line(event: RunRestarted) -> str:
+    """The line a restart (``--max-restarts``) leaves between two attempts' output."""
+    return f"[mwnotebook] {event.summary()}\n"
 
 
 def late_label(worker: int, origin: str) -> str:
@@ -216,6 +221,11 @@ class TextRelay:
         self._clock = clock
 
     def __call__(self, event: Event) -> None:
+        if isinstance(event, RunRestarted):  # the lost attempt's unfinished lines end here
+            for stream, text in self._labeller.flush():
+                self._write(stream, text)
+            self._write("stdout", restart_line(event))
+            return
         if not isinstance(event, WorkerOutput):
             return
         content = event.content
