@@ -169,6 +169,8 @@ class MetricsStore:
         self._local: dict[tuple[int, str], _Series] = {}
         self._global: dict[str, _Series] = {}
         self._global_source: dict[str, int] = {}
+        self._global_last: dict[str, float] = {}
+        self._global_ahead: dict[str, list[tuple[float, float]]] = {}
         self._attempt = 1
         self._marks: list[RestartMark] = []
         self._series_attempt: dict[Any, int] = {}
@@ -181,6 +183,7 @@ class MetricsStore:
 
     def add_restart(self, cause: str, *, time: float = 0.0, restart_seconds: float = 0.0) -> RestartMark:
         """A restart: records added from now on belong to the next attempt (see the module docstring)."""
+        self._fill_from_others()
         self._attempt += 1
         mark = RestartMark(self._attempt, cause, time, restart_seconds, lost_step=self._last_step)
         self._marks.append(mark)
@@ -235,8 +238,30 @@ class MetricsStore:
     def _add_global(self, key: str, worker: int, step: float, y: float) -> None:
         source = self._global_source.setdefault(key, worker)
         if worker != source:
-            return  # the same value again, from another worker
+            # The same value again, from another worker: kept only while the source has not sent
+            # that step, in case the source dies with it unsent (see add_restart).
+            last = self._global_last.get(key)
+            if last is None or step > last:
+                self._global_ahead.setdefault(key, []).append((step, y))
+            return
         self._series_for(key, self._global, step).append(step, y)
+        self._global_last[key] = step
+        ahead = self._global_ahead.get(key)
+        if ahead:
+            ahead[:] = [(x, v) for x, v in ahead if x > step] if ahead[0][0] <= step else ahead
+
+    def _fill_from_others(self) -> None:
+        """At a restart: the global points the survivors sent past the source's last one (a killed
+        source loses what it had not sent yet), so the lost attempt's curve has no hole."""
+        for key, ahead in self._global_ahead.items():
+            last = self._global_last.get(key, -math.inf)
+            series = self._global.setdefault(key, _Series())
+            for x, v in sorted(dict(ahead).items()):
+                if x > last:
+                    series.append(x, v)
+                    last = x
+            self._global_last[key] = last
+        self._global_ahead.clear()
 
     @property
     def records(self) -> list[dict[str, Any]]:
