@@ -31,9 +31,9 @@ from _common import ROOT, median, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from mwnotebook import Cluster  # noqa: E402
-from mwnotebook.shared.events import Event, WorkerMetrics  # noqa: E402
-from tests.reliability.chaos import Killer, final_line, fit_cell, loop_cell, random_plan  # noqa: E402
+from mwnotebook import Cluster
+from mwnotebook.shared.events import Event, WorkerMetrics
+from tests.reliability.chaos import Killer, final_line, fit_cell, loop_cell, random_plan
 
 CELLS = {"fit": (fit_cell, 64), "custom loop": (loop_cell, 8)}
 
