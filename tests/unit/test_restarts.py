@@ -220,3 +220,29 @@ def test_a_killed_source_worker_leaves_no_hole_in_the_global_curve() -> None:
     store.add(1, [{"step": s, "global_loss": 1.0 / s} for s in range(9, 11)])
     store.add(0, [{"step": s, "global_loss": 1.0 / s} for s in range(9, 11)])
     assert list(store.global_series("loss")[0]) == [float(s) for s in range(1, 11)]
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "0.5"])
+def test_the_magic_and_the_command_refuse_a_bad_count_before_anything_starts(value: str) -> None:
+    from IPython.core.error import UsageError
+
+    from mwnotebook.frontend.cli.command import build_parser
+    from mwnotebook.frontend.notebook.magics import _parse, _spec, mwtrain_parser
+
+    with pytest.raises(UsageError, match="--max-restarts must be"):
+        _parse(mwtrain_parser(), f"--workers 2 --max-restarts {value}")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--max-restarts", value, "train.py"])
+    ns = _parse(mwtrain_parser(), "--workers 2")
+    assert _spec(ns).max_restarts == 0
+    import os
+
+    os.environ[MAX_RESTARTS_ENV] = value
+    try:
+        with pytest.raises(UsageError, match=MAX_RESTARTS_ENV):
+            _spec(ns)
+        os.environ[MAX_RESTARTS_ENV] = "3"
+        assert _spec(ns).max_restarts == 3
+        assert _spec(_parse(mwtrain_parser(), "--workers 2 --max-restarts 1")).max_restarts == 1
+    finally:
+        del os.environ[MAX_RESTARTS_ENV]
