@@ -1,11 +1,13 @@
 """``--max-restarts`` over SSH: a worker host's link is downed for 5 s in the middle of a tf_keras
 ``fit`` with ``BackupAndRestore`` (tests/reliability/chaos.py), on the network-namespace test hosts.
 The cell completes with the final metrics of the same cell run undisturbed -- whether the outage
-cost a restart (the SSH keepalive gave up on the host) or the connections rode it out -- and
+cost a restart (the SSH keepalive gave up on the host) or the connections rode it out (what 5 s
+did here: 0 restarts) -- and
 nothing is left running on the hosts (the ``ssh_home`` fixture checks)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -16,14 +18,16 @@ import netns_hosts
 import pytest
 
 from mwnotebook import Cluster
-from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics
+from mwnotebook.shared.events import Event, RunRestarted, WorkerOutput
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.reliability.chaos import final_line, fit_cell
 
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.tf, pytest.mark.timeout(900)]
 
-OUTAGE_SECONDS = 5.0
+#: ``MW_OUTAGE_SECONDS=25`` makes the outage long enough for the SSH keepalive to give up on the host
+#: (tests/remote/test_dead_network.py: within 15 s), so the restart path over SSH runs too.
+OUTAGE_SECONDS = float(os.environ.get("MW_OUTAGE_SECONDS") or 5.0)
 
 
 def set_link(host: netns_hosts.TestHost, state: str) -> None:
@@ -39,8 +43,8 @@ def test_a_host_offline_for_5_s_mid_fit_does_not_change_the_result(ssh_home: net
     def outage_in_epoch_3(event: Event) -> None:
         if isinstance(event, RunRestarted):
             restarts.append(event)
-        if (isinstance(event, WorkerMetrics) and not cut
-                and any(r.get("epoch", 0) >= 2 for r in event.records)):
+        if (isinstance(event, WorkerOutput) and not cut and event.worker == 0
+                and "epoch 2 loss" in event.content.get("text", "")):
             set_link(h1, "down")
             cut.append(time.monotonic())
             threading.Timer(OUTAGE_SECONDS, set_link, args=(h1, "up")).start()
