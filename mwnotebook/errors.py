@@ -10,7 +10,12 @@
         ├── WorkerError             a worker's cell raised (``ename``, ``evalue``, ``traceback``)
         ├── WorkerDiedError         a worker process died (``exit_description`` names the signal)
         ├── ClusterTimeoutError     the cell ran past ``--timeout``
-        └── ClusterInterrupted      the user interrupted the cell (Ctrl-C, the notebook's stop button)
+        ├── ClusterInterrupted      the user interrupted the cell (Ctrl-C, the notebook's stop button)
+        └── RestartFailedError      workers were lost and could not be started again (``--max-restarts``)
+
+A cell run with ``--max-restarts K`` that lost workers more often than K times fails with the
+last attempt's error; its ``attempts`` list every earlier attempt (:class:`AttemptFailure`), each
+with its cause first, and the rendering shows them before the last attempt's failures.
 
 Every failure carries the worker index first, because "which worker?" is the first question a
 distributed traceback raises. Messages never contain connection-file contents or signing keys.
@@ -188,6 +193,33 @@ class WorkerStacksText(Protocol):
 
 #: Heads the workers' stacks in an error's message and in what IPython shows.
 STACKS_HEADING = "Worker stacks at that moment:"
+@dataclass(frozen=True)
+class AttemptFailure:
+    """One attempt of a cell that lost workers and was restarted (see ``--max-restarts``)."""
+
+    #: 1 for the first run of the cell, 2 for the run after the first restart, ...
+    attempt: int
+    #: The attempt's cause, one line (``worker 1 died (SIGKILL) at epoch 3``).
+    cause: str
+    failures: tuple[WorkerFailure, ...] = ()
+    #: Seconds from the loss until fresh workers were ready (None: not restarted after it).
+    restart_seconds: float | None = None
+
+    def line(self) -> str:
+        after = f" -> restarted in {self.restart_seconds:.1f} s" if self.restart_seconds is not None else ""
+        return f"attempt {self.attempt}: {self.cause}{after}"
+
+
+def render_attempts(attempts: list[AttemptFailure], last_cause: str) -> list[str]:
+    """Every attempt of a cell with restarts, one line each, the cause first; the last one (whose
+    failures are rendered in full below these lines) is ``last_cause``."""
+    if not attempts:
+        return []
+    total = len(attempts) + 1
+    lines = [f"The cell lost workers {total} times ({len(attempts)} restarts):"]
+    lines += [f"  {a.line()}" for a in attempts]
+    lines.append(f"  attempt {total}: {last_cause}")
+    return lines
 
 
 class ClusterRunError(MWNotebookError):
@@ -195,14 +227,16 @@ class ClusterRunError(MWNotebookError):
 
     ``stacks``: where each worker was (taken on a timeout, and of workers that ignored their
     interrupt), or None; shown after the failures, in the message and in IPython's rendering.
+    ``attempts``: the earlier attempts of a cell run with restarts (empty without).
     """
 
     def __init__(self, failures: list[WorkerFailure], restarted: bool, detail: str = "",
-                 stacks: WorkerStacksText | None = None) -> None:
+                 stacks: WorkerStacksText | None = None, attempts: list[AttemptFailure] | None = None) -> None:
         self.failures = list(failures)
         self.restarted = restarted
         self.detail = detail
         self.stacks = stacks
+        self.attempts = list(attempts or [])
         first = self.failures[0] if self.failures else None
         self.worker = first.worker if first else None
         self.ename = first.ename if first else ""
@@ -211,11 +245,22 @@ class ClusterRunError(MWNotebookError):
         super().__init__(self._message(detail))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.failures, self.restarted, self.detail, self.stacks))
+        return (type(self), (self.failures, self.restarted, self.detail, self.stacks, self.attempts))
+
+    def with_attempts(self, attempts: list[AttemptFailure]) -> ClusterRunError:
+        """This error, with the earlier attempts of its cell (``--max-restarts``) listed first."""
+        self.attempts = list(attempts)
+        self.args = (self._message(self.detail),)
+        return self
+
+    def last_cause(self) -> str:
+        """The last attempt's cause, one line (what the attempt list ends with)."""
+        return self.detail or (self.failures[0].headline() if self.failures else "failed")
 
     def _render_traceback_(self) -> list[str]:
         """How IPython shows this error: the failing worker's own traceback first, then the rest."""
-        lines = render_failures(self.failures, restarted=self.restarted)
+        lines = [f"{_RED}{line}{_RESET}" for line in render_attempts(self.attempts, self.last_cause())]
+        lines += render_failures(self.failures, restarted=self.restarted)
         lines.append(f"{_RED}{type(self).__name__}{_RESET}: {self.failures[0].headline() if self.failures else ''}")
         if self.stacks is not None:
             lines += [STACKS_HEADING, *self.stacks.text().splitlines()]
@@ -227,6 +272,7 @@ class ClusterRunError(MWNotebookError):
                  for g in group_failures(self.failures)]
         if detail:
             lines.insert(0, detail)
+        lines[:0] = render_attempts(self.attempts, self.last_cause())
         if self.restarted:
             lines.append("The worker kernels are being restarted: the next cell starts from fresh workers "
                          "(variables defined in earlier cells are gone).")
@@ -254,3 +300,8 @@ class ClusterInterrupted(ClusterRunError):
     Deliberately not a KeyboardInterrupt: it is raised on the background event loop, where a
     KeyboardInterrupt would stop the loop itself.
     """
+
+
+class RestartFailedError(ClusterRunError):
+    """Workers were lost and fresh ones could not be started again in time (say, their host stayed
+    unreachable); ``detail`` says why, ``failures`` are those of the attempt that lost them."""

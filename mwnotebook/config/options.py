@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from mwnotebook.config.spec import COLLECTIVES, MAX_WORKERS, MIXED_PRECISION, NETWORK_MODES, ClusterSpec
@@ -37,6 +39,36 @@ def seconds(text: str) -> float:
     if not value > 0 or math.isinf(value) or math.isnan(value):
         raise argparse.ArgumentTypeError(f"--timeout must be > 0 seconds, got {text!r}")
     return value
+
+
+#: The notebook-wide (and ``mwnotebook run``) default of ``--max-restarts``.
+MAX_RESTARTS_ENV = "MWNOTEBOOK_MAX_RESTARTS"
+
+
+def restart_count(text: str) -> int:
+    return whole_number(text, minimum=0, name="--max-restarts")
+
+
+def add_restart_argument(parser: argparse.ArgumentParser) -> None:
+    """``--max-restarts K`` (a per-run option: it needs no other worker processes)."""
+    parser.add_argument("--max-restarts", type=restart_count, default=None, metavar="K",
+                        help="when workers are lost (died, killed, frozen, host gone), start fresh ones and "
+                             "run again, up to K times (resume needs BackupAndRestore or a checkpoint); "
+                             f"default ${MAX_RESTARTS_ENV} or 0. Not after an error in the code, an "
+                             "interrupt or --timeout")
+
+
+def max_restarts_from(value: int | None, environ: Mapping[str, str]) -> int:
+    """The option if given, else ``$MWNOTEBOOK_MAX_RESTARTS``, else 0 (ConfigError naming a bad value)."""
+    if value is not None:
+        return value
+    text = environ.get(MAX_RESTARTS_ENV, "").strip()
+    if not text:
+        return 0
+    try:
+        return whole_number(text, minimum=0, name=MAX_RESTARTS_ENV)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"{exc}: set it to a whole number >= 0 (or unset it)") from None
 
 
 def env_pair(text: str) -> tuple[str, str]:
@@ -95,8 +127,9 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                              "a process that has TensorFlow imported already (slower; same workers)")
 
 
-def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
-    """Build the spec; raises :class:`ConfigError` naming the option that is wrong."""
+def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ClusterSpec:
+    """Build the spec; raises :class:`ConfigError` naming the option that is wrong. ``environ``
+    (default ``os.environ``) gives defaults of per-run options (``$MWNOTEBOOK_MAX_RESTARTS``)."""
     env: dict[str, str] = {}
     for key, value in ns.env:
         if key in env and env[key] != value:
@@ -118,6 +151,8 @@ def spec_from_options(ns: argparse.Namespace) -> ClusterSpec:
         template=not getattr(ns, "no_template", False),
         slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None),
         slurm_login=getattr(ns, "slurm_login", None))
+    if hasattr(ns, "max_restarts"):
+        fields["max_restarts"] = max_restarts_from(ns.max_restarts, os.environ if environ is None else environ)
     if (fields["slurm"] is not None or fields["slurm_job"] is not None) and getattr(ns, "timeout", None):
         fields["startup_timeout"] = ns.timeout  # --timeout also bounds the wait in Slurm's queue
     return ClusterSpec(**fields)

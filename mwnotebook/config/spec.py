@@ -59,6 +59,9 @@ class ClusterSpec:
     # are the same either way.
     template: bool = field(default=True, compare=False)
     startup_timeout: float = field(default=60.0, compare=False)
+    #: ``--max-restarts``: run a cell again on fresh workers up to this many times when it lost
+    #: workers (mwnotebook/engine/restarts.py). Needs no other processes, so not compared.
+    max_restarts: int = field(default=0, compare=False)
     #: ``--slurm``: salloc arguments ("" = none, or the allocation we are in); ``--slurm-job``: a job id.
     slurm: str | None = None
     slurm_job: str | None = None
@@ -124,6 +127,8 @@ class ClusterSpec:
             from mwnotebook.config.slurm_options import check_slurm_spec
 
             check_slurm_spec(self)
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts must be a whole number >= 0, got {self.max_restarts!r}")
         if not self.startup_timeout > 0:
             raise ConfigError(f"startup_timeout must be > 0 seconds, got {self.startup_timeout!r}")
 

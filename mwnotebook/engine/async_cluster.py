@@ -24,6 +24,7 @@ from mwnotebook.engine.cell_run import CellRun, CellVerdict
 from mwnotebook.engine.connection import Worker
 from mwnotebook.engine.diagnose import diagnose
 from mwnotebook.engine.late_output import LateOutput
+from mwnotebook.engine.restarts import HOST_WAIT_SECONDS, check_max_restarts, run_with_restarts
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport, dump_stacks
 from mwnotebook.errors import ClusterStartError, ClusterStateError
@@ -68,6 +69,8 @@ class AsyncCluster:
         self._start_task: asyncio.Future[None] | None = None
         self._release_task: asyncio.Future[None] | None = None
         self._cell_code: str | None = None
+        #: ``--max-restarts``: how long fresh workers may fail to start before the cell gives up.
+        self.restart_host_wait = HOST_WAIT_SECONDS
         #: Output workers send after their cell ended (mwnotebook/engine/late_output.py).
         self.late_output = LateOutput()
 
@@ -287,15 +290,20 @@ class AsyncCluster:
             await asyncio.gather(*(w.handle.interrupt() for w in self._workers))
 
     async def run(self, code: str, on_event: EventSink | None = None,
-                  timeout: float | None = None, restart_on_failure: bool = True) -> RunResult:
+                  timeout: float | None = None, restart_on_failure: bool = True,
+                  max_restarts: int | None = None, fresh_setup: str | None = None) -> RunResult:
         """Run ``code`` on every worker at once. Raises a :class:`ClusterRunError` subclass on failure.
 
         ``restart_on_failure=False`` skips the group restart after a fault (for callers that stop
         the cluster next anyway, like the command-line runner); the error's ``restarted`` says
-        which happened.
+        which happened. ``max_restarts`` (default: the spec's): after losing workers, run the cell
+        again on fresh ones up to this many times (mwnotebook/engine/restarts.py); ``timeout``
+        bounds each attempt; ``fresh_setup`` runs silently in fresh workers before the cell runs
+        again (the command-line runner's ``sys.argv``/``__file__`` preamble).
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        restarts = check_max_restarts(self.spec.max_restarts if max_restarts is None else max_restarts)
         if not self._workers and self._start_task is not None:
             await self.start()  # a start or restart under way: wait for it
         if self._release_task is not None:
@@ -310,20 +318,38 @@ class AsyncCluster:
         self._emit = on_event or _ignore
         self._abort = asyncio.Event()
         verdict: CellVerdict | None = None
+        abort = self._abort
         try:
-            verdict = await CellRun(self._workers, code, timeout, self._abort, self._observe).run()
+            outcome = await run_with_restarts(
+                lambda sink: CellRun(self._workers, code, timeout, abort, sink).run(),
+                lambda: self._replace_workers(fresh_setup), self._observe, restarts, host_wait=self.restart_host_wait,
+                aborted=abort.is_set)
+            verdict = outcome.verdict
             if verdict.ok:
-                return verdict.result
+                return RunResult.of_attempts(outcome.results, outcome.restarts)
+            if outcome.start_error is not None:
+                raise outcome.start_error
             restart = restart_on_failure and verdict.workers_spoiled
             if restart:
                 await self.restart_in_background()
-            raise verdict.error(restarted=restart)
+            raise verdict.error(restarted=restart).with_attempts(outcome.attempts)
         finally:
             if self._workers and (verdict is None or verdict.needs_release()):
                 self._release_task = asyncio.ensure_future(self._release(list(self._workers)))
             self._running = False
             self._abort = None
             self._emit = _ignore
+
+    async def _replace_workers(self, setup: str | None = None) -> None:
+        """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs."""
+        workers, self._workers = self._workers, []
+        await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
+        self._workers = await self._start_workers()
+        if setup:
+            outcomes = await asyncio.gather(*(w.execute(setup, lambda _m: None, silent=True) for w in self._workers))
+            failed = [w.index for w, o in zip(self._workers, outcomes) if o.status != "ok"]
+            if failed:
+                raise ClusterStartError(f"worker {failed[0]} failed the set-up of a fresh worker", worker=failed[0])
 
     async def _release(self, workers: list[Worker]) -> None:
         """Let every worker free what the last cell replaced, now that no collective is in flight.

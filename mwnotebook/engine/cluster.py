@@ -17,6 +17,7 @@ from mwnotebook.engine.async_cluster import AsyncCluster, WorkerInfo
 from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
 from mwnotebook.engine.late_output import LateOutput
 from mwnotebook.engine.loop import background_loop
+from mwnotebook.engine.restarts import check_max_restarts
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport
 from mwnotebook.errors import STACKS_HEADING
@@ -89,18 +90,25 @@ class Cluster:
         self._loop.submit(self._core.start())
 
     def run(self, code: str, on_event: EventSink | None = None, timeout: float | None = None,
-            restart_on_failure: bool = True) -> RunResult:
+            restart_on_failure: bool = True, max_restarts: int | None = None) -> RunResult:
         """Run ``code`` on every worker at once; starts the cluster first if needed.
+
+        ``max_restarts`` (default: the spec's, 0): when workers are lost, run the cell again on
+        fresh ones up to this many times (see mwnotebook/engine/restarts.py); the result's
+        ``restarts`` lists them.
 
         Ctrl-C (the notebook's stop button) interrupts every worker; a second Ctrl-C kills them.
         Raises :class:`~mwnotebook.errors.ClusterRunError` (a subclass says which fault) on failure.
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if max_restarts is not None:
+            check_max_restarts(max_restarts)  # before anything starts
         if not self.started:
             self.start(on_event)
         return self._run_with_events(
-            lambda sink: self._core.run(code, on_event=sink, timeout=timeout, restart_on_failure=restart_on_failure),
+            lambda sink: self._core.run(code, on_event=sink, timeout=timeout, restart_on_failure=restart_on_failure,
+                                        max_restarts=max_restarts),
             on_event, on_interrupt=lambda: self._loop.call_soon(self._core.request_abort))
 
     def _run_with_events(self, make_coro: Any, on_event: EventSink | None,

@@ -63,5 +63,40 @@ class WorkerMetrics:
     records: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
 
-Event = Union[WorkerStateChanged, WorkerOutput, WorkerMetrics]
+@dataclass(frozen=True)
+class RunRestarted:
+    """The cell lost workers and was started again on fresh ones (``--max-restarts``).
+
+    Sent once the new workers are ready and before the cell is sent to them again; everything a
+    worker sends after it belongs to attempt ``attempt + 1``.
+    """
+
+    #: Which restart this is (1 for the first), of at most ``max_restarts``.
+    restart: int
+    max_restarts: int
+    #: The cause, one line: ``worker 1 died (SIGKILL)``.
+    cause: str
+    #: The worker that was lost first (None when not one worker's fault).
+    worker: int | None = None
+    #: The last epoch / step any worker reported in the lost attempt (None: none reported).
+    epoch: int | None = None
+    step: float | None = None
+    #: Wall-clock time (``time.time()``) when the loss was seen, and seconds from then until the
+    #: fresh workers were ready.
+    lost_at: float = 0.0
+    restart_seconds: float = 0.0
+
+    def summary(self) -> str:
+        """The short line shown in the cell, e.g.
+        ``worker 1 died (SIGKILL) at epoch 3; restart 1 of 3, 0.4 s``."""
+        where = ""
+        if self.epoch is not None:
+            where = f" at epoch {self.epoch + 1}"  # Keras counts epochs from 1 on screen
+        elif self.step is not None:
+            where = f" at step {self.step:g}"
+        return (f"{self.cause}{where}; restart {self.restart} of {self.max_restarts}, "
+                f"{self.restart_seconds:.1f} s")
+
+
+Event = Union[WorkerStateChanged, WorkerOutput, WorkerMetrics, RunRestarted]
 EventSink = Callable[[Event], None]

@@ -10,6 +10,12 @@ Naming convention (what keeps local and global numbers apart):
 * ``global_loss`` -- the value over all workers (identical on every worker);
 * records with ``"kind": "epoch"`` are epoch summaries; curves are drawn from step records.
 
+Restarts (``--max-restarts``): every record carries the ``attempt`` it came from (1, then 2 after
+the first restart, ...). :meth:`MetricsStore.add_restart` marks a restart; the first point a
+series gets after it, at step ``s``, replaces that series' points at steps >= ``s`` (the progress
+the lost attempt made after its last backup, which the resumed run redoes), so a series stays one
+run along the x-axis and nothing is drawn twice as new progress. The records keep every point.
+
 Non-finite floats travel as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (JSON has no
 NaN); :func:`as_float` turns them back into floats.
 
@@ -20,13 +26,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 GLOBAL_PREFIX = "global_"
 #: Keys that describe a record rather than measure something.
-META_KEYS = frozenset({"worker", "step", "time", "kind", "epoch", "batch"})
+META_KEYS = frozenset({"worker", "step", "time", "kind", "epoch", "batch", "attempt"})
 
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -112,6 +119,42 @@ class _Series:
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return self._x[: self.n].copy(), self._y[: self.n].copy()
 
+    def drop_from(self, x: float) -> int:
+        """Remove the points at x >= ``x`` (a resumed run redoes them); how many were removed."""
+        keep = self._x[: self.n] < x
+        kept = int(keep.sum())
+        if kept == self.n:
+            return 0
+        self._x[:kept] = self._x[: self.n][keep]
+        self._y[:kept] = self._y[: self.n][keep]
+        dropped, self.n = self.n - kept, kept
+        return dropped
+
+
+@dataclass
+class RestartMark:
+    """Where a restart is drawn on the x-axis (see the module docstring)."""
+
+    #: The attempt that begins here (2 for the first restart).
+    attempt: int
+    #: The cause, one line (``worker 1 died (SIGKILL)``).
+    cause: str
+    #: Wall-clock time of the loss, and seconds until fresh workers were ready.
+    time: float = 0.0
+    restart_seconds: float = 0.0
+    #: The last step plotted before the loss (None: nothing yet).
+    lost_step: float | None = None
+    #: The first step the resumed run reported (None until it reports): the mark's x position.
+    resumed_step: float | None = None
+    #: Points of the lost attempt replaced by the resumed run (redone work).
+    replaced_points: int = 0
+
+    @property
+    def step(self) -> float | None:
+        """The x position of the mark: where the resumed run continues (or, before it reports, where
+        the lost one stopped)."""
+        return self.resumed_step if self.resumed_step is not None else self.lost_step
+
 
 class MetricsStore:
     """Every record of a run, plus per-worker and global series ready to plot.
@@ -126,6 +169,44 @@ class MetricsStore:
         self._local: dict[tuple[int, str], _Series] = {}
         self._global: dict[str, _Series] = {}
         self._global_source: dict[str, int] = {}
+        self._global_last: dict[str, float] = {}
+        self._global_ahead: dict[str, list[tuple[float, float]]] = {}
+        self._attempt = 1
+        self._marks: list[RestartMark] = []
+        self._series_attempt: dict[Any, int] = {}
+        self._last_step: float | None = None
+
+    @property
+    def attempt(self) -> int:
+        """The attempt new records belong to (1 until the first restart)."""
+        return self._attempt
+
+    def add_restart(self, cause: str, *, time: float = 0.0, restart_seconds: float = 0.0) -> RestartMark:
+        """A restart: records added from now on belong to the next attempt (see the module docstring)."""
+        self._fill_from_others()
+        self._attempt += 1
+        mark = RestartMark(self._attempt, cause, time, restart_seconds, lost_step=self._last_step)
+        self._marks.append(mark)
+        self._last_step = None  # lost_step of the next mark: the last step of the attempt starting now
+        return mark
+
+    def restart_marks(self) -> list[RestartMark]:
+        """Every restart so far, in order, each with its x position (:attr:`RestartMark.step`)."""
+        return list(self._marks)
+
+    def _series_for(self, key: Any, series: dict[Any, _Series], step: float) -> _Series:
+        """The series of ``key``; its points redone by a resumed attempt are dropped first."""
+        line = series.setdefault(key, _Series())
+        seen = self._series_attempt.setdefault(key, self._attempt)
+        if seen != self._attempt:
+            self._series_attempt[key] = self._attempt
+            dropped = line.drop_from(step)
+            if self._marks:
+                mark = self._marks[-1]
+                mark.replaced_points += dropped
+                if mark.resumed_step is None or step < mark.resumed_step:
+                    mark.resumed_step = step
+        return line
 
     def add(self, worker: int, records: Iterable[Mapping[str, Any]]) -> int:
         """Keep ``records`` from ``worker``; returns how many were added."""
@@ -133,6 +214,7 @@ class MetricsStore:
         for raw in records:
             record = dict(raw)
             record["worker"] = worker
+            record["attempt"] = self._attempt
             self._records.append(record)
             count += 1
             if not is_step_record(record):
@@ -140,6 +222,7 @@ class MetricsStore:
             step = as_float(record.get("step"))
             if step is None:
                 continue
+            self._last_step = step if self._last_step is None else max(self._last_step, step)
             for key, value in record.items():
                 if key in META_KEYS:
                     continue
@@ -149,14 +232,36 @@ class MetricsStore:
                 if key.startswith(GLOBAL_PREFIX):
                     self._add_global(key, worker, step, y)
                 else:
-                    self._local.setdefault((worker, key), _Series()).append(step, y)
+                    self._series_for((worker, key), self._local, step).append(step, y)
         return count
 
     def _add_global(self, key: str, worker: int, step: float, y: float) -> None:
         source = self._global_source.setdefault(key, worker)
         if worker != source:
-            return  # the same value again, from another worker
-        self._global.setdefault(key, _Series()).append(step, y)
+            # The same value again, from another worker: kept only while the source has not sent
+            # that step, in case the source dies with it unsent (see add_restart).
+            last = self._global_last.get(key)
+            if last is None or step > last:
+                self._global_ahead.setdefault(key, []).append((step, y))
+            return
+        self._series_for(key, self._global, step).append(step, y)
+        self._global_last[key] = step
+        ahead = self._global_ahead.get(key)
+        if ahead:
+            ahead[:] = [(x, v) for x, v in ahead if x > step] if ahead[0][0] <= step else ahead
+
+    def _fill_from_others(self) -> None:
+        """At a restart: the global points the survivors sent past the source's last one (a killed
+        source loses what it had not sent yet), so the lost attempt's curve has no hole."""
+        for key, ahead in self._global_ahead.items():
+            last = self._global_last.get(key, -math.inf)
+            series = self._global.setdefault(key, _Series())
+            for x, v in sorted(dict(ahead).items()):
+                if x > last:
+                    series.append(x, v)
+                    last = x
+            self._global_last[key] = last
+        self._global_ahead.clear()
 
     @property
     def records(self) -> list[dict[str, Any]]:

@@ -134,7 +134,13 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
             return values
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._step += 1
+            steps = (self.params or {}).get("steps")
+            if isinstance(steps, int) and steps > 0:
+                # Counted from the epoch: a fit resumed by BackupAndRestore at epoch e continues the
+                # x-axis at e * steps instead of starting again at 1 (same numbers otherwise).
+                self._step = self._epoch * steps + batch + 1
+            else:
+                self._step += 1
             if (self._step - 1) % self._every:
                 return
             values: dict[str, Any] = {}

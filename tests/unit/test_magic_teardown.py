@@ -32,7 +32,7 @@ class FakeCluster:
     def __init__(self, error: BaseException) -> None:
         self.error = error
 
-    def run(self, code: str, on_event: Any = None, timeout: float | None = None) -> Any:
+    def run(self, code: str, on_event: Any = None, timeout: float | None = None, max_restarts: int | None = None) -> Any:
         raise self.error
 
 

@@ -21,11 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from mwnotebook.config.options import add_cluster_arguments, seconds, spec_from_options
+from mwnotebook.config.options import add_cluster_arguments, add_restart_argument, seconds, spec_from_options
 from mwnotebook.engine.late_output import LateItem, LateOrigin
-from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError, render_failures
+from mwnotebook.errors import (
+    ClusterInterrupted,
+    ClusterRunError,
+    ConfigError,
+    MWNotebookError,
+    render_attempts,
+    render_failures,
+)
 from mwnotebook.frontend.cli.run_report import render_report
-from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput, WorkerStateChanged
+from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics, WorkerOutput, WorkerStateChanged
 from mwnotebook.shared.run_states import RunStates
 
 log = logging.getLogger(__name__)
@@ -107,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_arguments(run)
     run.add_argument("--timeout", type=seconds, default=None, metavar="S",
                      help="stop all workers and fail if the script runs longer than S seconds")
+    add_restart_argument(run)
     run.add_argument("--report", default=None, metavar="FILE",
                      help="HTML report to write at the end (default: SCRIPT-report.html here)")
     run.add_argument("--no-report", action="store_true", help="do not write an HTML report")
@@ -167,6 +175,9 @@ class RunObserver:
                 self.run_states.apply(event)
             elif isinstance(event, WorkerMetrics):
                 self.metrics.add(event.worker, event.records)
+            elif isinstance(event, RunRestarted):  # --max-restarts: marked in the report and the output
+                self.metrics.add_restart(event.cause, time=event.lost_at, restart_seconds=event.restart_seconds)
+                self.relay(event)
             elif isinstance(event, WorkerOutput):
                 self._keep(event)
                 self.relay(event)
@@ -217,7 +228,8 @@ def describe_failure(exc: ClusterRunError, keep_color: bool = False) -> str:
     """Which worker failed and its traceback first, then what happened to the others."""
     if not exc.failures:
         return f"mwnotebook: {exc}"
-    return "\n".join(render_failures(exc.failures, terminal=True, color=keep_color))
+    attempts = [f"mwnotebook: {line}" for line in render_attempts(exc.attempts, exc.last_cause())]
+    return "\n".join(attempts + render_failures(exc.failures, terminal=True, color=keep_color))
 
 
 # --------------------------------------------------------------------------- commands
@@ -281,13 +293,13 @@ async def _drive(cluster: Any, code: str, preamble: str, observer: RunObserver, 
     cluster.late_output.listen(observer.late)
     try:
         await asyncio.shield(start)
-        await cluster.run(preamble)
+        await cluster.run(preamble, max_restarts=0)
         started = time.monotonic()
-        await cluster.run(code, on_event=observer, timeout=timeout)
+        await cluster.run(code, on_event=observer, timeout=timeout, fresh_setup=preamble)
         # As `python script.py` does, wait for the script's threads (bounded), their output labelled.
         left = THREADS_WAIT_SECONDS if timeout is None else max(1.0, timeout - (time.monotonic() - started))
         await cluster.run(JOIN_THREADS_CODE.replace("LIMIT", repr(min(left, THREADS_WAIT_SECONDS))),
-                          on_event=observer.after_script)
+                          on_event=observer.after_script, max_restarts=0)
     except (asyncio.CancelledError, ClusterInterrupted) as exc:
         if isinstance(exc, ClusterInterrupted):
             observer.record_failures(exc)

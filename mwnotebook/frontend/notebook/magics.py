@@ -15,7 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import publish_display_data
 
-from mwnotebook.config.options import add_cluster_arguments, seconds, spec_from_options
+from mwnotebook.config.options import add_cluster_arguments, add_restart_argument, seconds, spec_from_options
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.result import RunResult
@@ -49,6 +49,7 @@ def mwtrain_parser() -> argparse.ArgumentParser:
     add_cluster_arguments(parser)
     parser.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                         help="fail the cell if any worker runs longer than this")
+    add_restart_argument(parser)
     parser.add_argument("--no-dashboard", action="store_true", help="no live chart, text output only")
     parser.add_argument("--show-tf-startup", action="store_true",
                         help=("show TensorFlow's start-up notices (CPU features, oneDNN, CUDA driver); "
@@ -176,7 +177,7 @@ class MWMagics(Magics):
             if not cluster.started:
                 cluster.start()
             self.session.announce(cluster)
-            result = cluster.run(cell, on_event=on_event, timeout=ns.timeout)
+            result = cluster.run(cell, on_event=on_event, timeout=ns.timeout, max_restarts=spec.max_restarts)
         except MWNotebookError as exc:
             _finish(output, chart, None)
             if isinstance(exc, ConfigError):

@@ -37,9 +37,10 @@ from mwnotebook.frontend.text.relay import (
     grouped_results,
     is_startup_chatter,
     render_line,
+    restart_line,
     worker_label,
 )
-from mwnotebook.shared.events import Event, IOPubContent, WorkerOutput
+from mwnotebook.shared.events import Event, IOPubContent, RunRestarted, WorkerOutput
 
 #: Display updates per second and worker, at most.
 UPDATES_PER_S = 10.0
@@ -175,6 +176,13 @@ class WorkerOutputAreas:
 
     # -- the event sink ----------------------------------------------------------------------
     def __call__(self, event: Event) -> None:
+        if isinstance(event, RunRestarted):  # between two attempts: their lines stay apart, in order
+            with self._lock:
+                for worker in sorted({w for w, _s in self._labeller.pending_keys()}):
+                    self._end_live_lines(worker)
+                self._write("stdout", restart_line(event))
+                self._flush_streams()
+            return
         if not isinstance(event, WorkerOutput):
             return
         w, content = event.worker, event.content

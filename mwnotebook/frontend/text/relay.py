@@ -31,10 +31,10 @@ from mwnotebook.frontend.text.grouping import (
     worker_label,
     workers_label,
 )
-from mwnotebook.shared.events import Event, IOPubContent, WorkerOutput
+from mwnotebook.shared.events import Event, IOPubContent, RunRestarted, WorkerOutput
 
 __all__ = ["LineLabeller", "Result", "TextRelay", "grouped_results", "is_startup_chatter", "late_label",
-           "late_lines", "render_line", "show_startup_default", "worker_label", "workers_label"]
+           "late_lines", "render_line", "restart_line", "show_startup_default", "worker_label", "workers_label"]
 
 DisplayFn = Callable[[dict[str, Any], dict[str, Any]], None]
 
@@ -60,6 +60,11 @@ def is_startup_chatter(line: str) -> bool:
 
 def show_startup_default() -> bool:
     return os.environ.get("MWNOTEBOOK_SHOW_TF_STARTUP", "").strip().lower() in ("1", "true", "yes")
+
+
+def restart_line(event: RunRestarted) -> str:
+    """The line a restart (``--max-restarts``) leaves between two attempts' output."""
+    return f"[mwnotebook] {event.summary()}\n"
 
 
 def late_label(worker: int, origin: str) -> str:
@@ -185,6 +190,11 @@ class TextRelay:
         self._clock = clock
 
     def __call__(self, event: Event) -> None:
+        if isinstance(event, RunRestarted):  # the lost attempt's unfinished lines end here
+            for stream, text in self._labeller.flush():
+                self._write(stream, text)
+            self._write("stdout", restart_line(event))
+            return
         if not isinstance(event, WorkerOutput):
             return
         content = event.content
