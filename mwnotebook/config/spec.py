@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mwnotebook.config.hosts import HostSpec, worker_hosts
+from mwnotebook.config.role_checks import check_roles
 from mwnotebook.errors import ConfigError
 
 #: More local workers than this is almost certainly a typo (each one is a full TensorFlow process).
@@ -68,6 +69,12 @@ class ClusterSpec:
     #: The host of each worker (empty without ``hosts``): ``--hosts`` is parsed here, once, and
     #: everything else (launcher, GPU split, export) reads this.
     placement: tuple[HostSpec, ...] = field(init=False, compare=False, repr=False, default=())
+    #: TensorFlow's other roles (config/roles.py): ``ps`` parameter servers (ParameterServerStrategy:
+    #: ``workers`` worker servers and one coordinator kernel that runs the cell), ``chief`` (MWMS:
+    #: replica 0 is ``chief``), ``evaluator`` (one more kernel beside training, never in its cluster).
+    ps: int = 0
+    chief: bool = False
+    evaluator: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", dict(self.env))
@@ -124,6 +131,7 @@ class ClusterSpec:
             from mwnotebook.config.slurm_options import check_slurm_spec
 
             check_slurm_spec(self)
+        check_roles(self)
         if not self.startup_timeout > 0:
             raise ConfigError(f"startup_timeout must be > 0 seconds, got {self.startup_timeout!r}")
 

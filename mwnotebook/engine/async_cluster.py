@@ -16,8 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from mwnotebook.config.roles import layout_of
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.config.tf_config import tf_config_for
 from mwnotebook.config.worker_env import worker_envs
 from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code
 from mwnotebook.engine.cell_run import CellRun, CellVerdict
@@ -86,7 +86,8 @@ class AsyncCluster:
 
     @property
     def tf_configs(self) -> list[dict[str, Any]]:
-        return [tf_config_for(self._addresses, i) for i in range(len(self._addresses))]
+        layout = layout_of(self.spec)
+        return [layout.tf_config(self._addresses, t) for t in layout.cell_tasks()] if self._addresses else []
 
     async def start(self, on_event: EventSink | None = None) -> None:
         """Start every worker in parallel and wait until all answer.
@@ -124,7 +125,7 @@ class AsyncCluster:
         if self._launcher is None:
             self._launcher = make_launcher(self.spec)
         try:
-            self._addresses = await self._launcher.tf_addresses(self.spec.workers)
+            self._addresses = await self._launcher.tf_addresses(len(layout_of(self.spec).training_tasks()))
             self._envs = worker_envs(self.spec, self._addresses)
             self._workers = await self._start_workers()
         except BaseException:
@@ -231,13 +232,14 @@ class AsyncCluster:
 
     async def status(self) -> list[WorkerInfo]:
         infos = []
+        configs = self.tf_configs
         for i in range(self.spec.workers):
             worker = self._workers[i] if i < len(self._workers) else None
             alive = bool(worker) and await worker.handle.is_alive()  # type: ignore[union-attr]
             infos.append(WorkerInfo(
                 index=i, host=worker.handle.host if worker else "", pid=worker.handle.pid if worker else None,
                 state=self._states[i], alive=alive,
-                tf_config=tf_config_for(self._addresses, i) if self._addresses else {}))
+                tf_config=configs[i] if i < len(configs) else {}))
         return infos
 
     async def scheduler_status(self) -> dict[str, Any] | None:

@@ -27,8 +27,9 @@ def make_launcher(spec: ClusterSpec) -> Launcher:
         return SSHLauncher.from_spec(spec)
     # The environment all workers share decides which worker template can fork them (TF_CONFIG and
     # the other per-worker values are set after the fork).
+    from mwnotebook.config.roles import layout_of
     from mwnotebook.config.worker_env import worker_envs
 
-    startup_env = worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]
+    startup_env = worker_envs(spec, ["127.0.0.1:0"] * len(layout_of(spec).training_tasks()))[0]
     return LocalLauncher(python=spec.python, network=spec.network, startup_env=startup_env,
                          template=spec.template)
