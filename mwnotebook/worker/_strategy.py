@@ -82,6 +82,12 @@ def strategy(collective: str | None = None, timeout: float | None = None) -> Any
     changing them needs fresh workers (``%mwcluster restart``).
     """
     global _strategy, _options
+    from mwnotebook.worker._ps import ps_task_count
+
+    if ps_task_count():
+        raise StrategyError("this is a parameter-server cluster (%%mwtrain --ps): mw.strategy() is "
+                            "MultiWorkerMirroredStrategy. Use mw.ps_strategy() and mw.coordinator(), or "
+                            "start the cluster without --ps")
     wanted_collective = _resolve_collective(collective) if collective is not None else None
     if timeout is not None and timeout <= 0:
         raise StrategyError(f"timeout must be a positive number of seconds (got {timeout!r})")
