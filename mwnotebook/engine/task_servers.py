@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 
 from mwnotebook.config.roles import Task
@@ -84,6 +85,8 @@ class TaskServers:
         self.lost_ps: tuple[Task, str] | None = None
         #: How many worker servers were restarted after they were lost (for the status and tests).
         self.restarts = 0
+        #: Seconds from noticing the last lost worker server to its replacement serving.
+        self.last_recovery: float | None = None
         self._watch: asyncio.Future[None] | None = None
         self._slots = {task: SLOT_BASE + i for i, task in enumerate(self._envs)}
 
@@ -134,9 +137,11 @@ class TaskServers:
                             self._on_lost_ps()
                     continue
                 log.warning("worker server %s was lost (%s); restarting it on its address", task.name, how)
+                noticed = time.monotonic()
                 try:
                     self.servers[task] = await self._start_one(task)
                     self.restarts += 1
+                    self.last_recovery = time.monotonic() - noticed
                 except Exception:
                     log.exception("could not restart %s", task.name)
 
