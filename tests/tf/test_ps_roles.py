@@ -163,3 +163,50 @@ def test_nothing_is_left_running():
         alive = {p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
         time.sleep(0.1)
     assert not alive, alive
+
+
+CHIEF_CELL = r'''
+import tensorflow as tf
+import mwnotebook.worker as mw
+strategy = mw.strategy()
+with strategy.scope():
+    v = tf.Variable(1.0)
+total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+resolver = strategy.cluster_resolver
+print("task", resolver.task_type, resolver.task_id, "chief", mw.is_chief(), "replicas",
+      strategy.num_replicas_in_sync, int(total), "tutorial_is_chief",
+      resolver.task_type == "worker" and resolver.task_id == 0)
+'''
+
+
+def test_chief_is_replica_zero_under_mwms():
+    with Cluster(workers=2, chief=True, cpu=True) as cluster:
+        result = cluster.run(CHIEF_CELL, timeout=300)
+    lines = [result.stdout(i).strip().splitlines()[-1] for i in range(2)]
+    assert lines[0] == "task chief 0 chief True replicas 2 2 tutorial_is_chief False", lines
+    # the tutorial's own check picks the second replica: the silent misbehaviour mw.is_chief() avoids
+    assert lines[1] == "task worker 0 chief False replicas 2 2 tutorial_is_chief True", lines
+
+
+def _peer_host():
+    from tests.integration.test_network_isolation import peer_host  # the same test host namespace
+
+    return peer_host
+
+
+peer_host = _peer_host()
+
+
+def test_ps_and_worker_ports_are_unreachable_from_another_host(peer_host):
+    from tests.integration.test_network_isolation import reachable_from_peer
+
+    with Cluster(workers=1, ps=1, cpu=True, network="private") as cluster:
+        cluster.start()
+        assert cluster.network_isolated
+        ports = [int(a.rsplit(":", 1)[1]) for a in cluster._core.addresses]
+        # inside the namespace the servers listen (the coordinator checks worker-0 and ps-0)
+        probe = ("import socket\n" + "".join(
+            f"socket.create_connection(('127.0.0.1', {p}), timeout=5).close()\n" for p in ports[1:]) + "print('ok')")
+        assert cluster.run(probe, timeout=60).stdout(0).strip() == "ok"
+        for port in ports:
+            assert not reachable_from_peer(peer_host, port), port

@@ -16,6 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import publish_display_data
 
 from mwnotebook.config.options import add_cluster_arguments, seconds, spec_from_options
+from mwnotebook.config.roles import layout_of
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.result import RunResult
@@ -112,7 +113,8 @@ class NotebookSession:
         publish_display_data(tf_config_bundle(cluster.tf_configs, _hosts_of(cluster)))
         if not self._security_notice_shown:
             self._security_notice_shown = True
-            addresses = [c["cluster"]["worker"][c["task"]["index"]] for c in cluster.tf_configs]
+            # every task's port (chief, workers, parameter servers), not only the cell kernels'
+            addresses = [a for c in cluster.tf_configs[:1] for group in c["cluster"].values() for a in group]
             # A warning goes to stderr; the all-clear of a private namespace is plain information.
             print(security_notice(addresses, cluster.network_isolated, remote=bool(cluster.spec.hosts)),
                   file=sys.stdout if cluster.network_isolated else sys.stderr)
@@ -167,8 +169,9 @@ class MWMagics(Magics):
         if keras_note:
             print(keras_note, file=sys.stderr)
         cluster = self.session.cluster_for(spec)
-        output = _output_sink(self.shell, spec.workers, ns.show_tf_startup, clears="clear_output" in cell)
-        chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
+        kernels = len(layout_of(spec).cell_tasks())  # a --ps cluster runs the cell in its coordinator only
+        output = _output_sink(self.shell, kernels, ns.show_tf_startup, clears="clear_output" in cell)
+        chart = None if ns.no_dashboard else ChartOnFirstMetric(kernels)
         on_event = _fan_out(*([chart] if chart is not None else []), output)
         late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
         try:
