@@ -73,8 +73,20 @@ class RoleLayout:
         return tuple(Task("worker", i) for i in range(self.workers))
 
     def cell_tasks(self) -> tuple[Task, ...]:
-        """The tasks whose kernels run the user's cell: the coordinator alone, or every replica."""
-        return (Task("chief", 0),) if self.parameter_server else self.training_tasks()
+        """The tasks whose kernels run the user's cell: the coordinator alone, or every replica; then
+        the evaluator (its kernel runs the cell too, beside training: the cell branches on the task type)."""
+        training = (Task("chief", 0),) if self.parameter_server else self.training_tasks()
+        return (*training, Task("evaluator", 0)) if self.evaluator else training
+
+    def kernel_names(self) -> dict[int, str]:
+        """Labels for cell kernels that are not plain replicas: ``{index: "evaluator" | "coordinator"}``."""
+        names = {}
+        for i, task in enumerate(self.cell_tasks()):
+            if task.type == "evaluator":
+                names[i] = "evaluator"
+            elif self.parameter_server and task.type == "chief":
+                names[i] = "coordinator"
+        return names
 
     def server_tasks(self) -> tuple[Task, ...]:
         """The tasks that only run a TensorFlow server (``ParameterServerStrategy``'s workers and ps)."""
@@ -107,7 +119,7 @@ class RoleLayout:
 
     def replica_task(self, replica: int) -> Task:
         """The task of MWMS replica ``replica`` (with ``--chief``, replica 0 is ``chief-0``)."""
-        tasks = self.cell_tasks()
+        tasks = tuple(t for t in self.cell_tasks() if t.type != "evaluator")
         if not 0 <= replica < len(tasks):
             raise ValueError(f"replica {replica} is outside 0..{len(tasks) - 1}")
         return tasks[replica]

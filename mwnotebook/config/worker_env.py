@@ -135,13 +135,12 @@ def task_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping[s
         env = dict(common)
         if layout.parameter_server:
             visible = devices[task.index] if task.type == "worker" else NO_GPU
-            index = task.index if task.type == "worker" else 0
         elif task.type == "evaluator":
             visible = devices[0]
-            index = 0
         else:
-            index = cell.index(task)
-            visible = devices[index]
+            visible = devices[cell.index(task)]
+        # cell kernels are numbered as their outputs are (the evaluator last); servers by their own index
+        index = cell.index(task) if task in cell else task.index
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible
         env.update(spec.env)

@@ -69,7 +69,7 @@ class AsyncCluster:
         self._cell_count = len(layout_of(self.spec).cell_tasks())
         #: A --ps cluster's worker and ps servers (engine/task_servers.py); None otherwise.
         self._servers: TaskServers | None = None
-        self._states: list[str] = ["stopped"] * self.spec.workers
+        self._states: list[str] = ["stopped"] * max(self.spec.workers, self._cell_count)
         self._abort: asyncio.Event | None = None
         self._running = False
         self._emit: EventSink = _ignore

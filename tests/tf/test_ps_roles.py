@@ -210,3 +210,42 @@ def test_ps_and_worker_ports_are_unreachable_from_another_host(peer_host):
         assert cluster.run(probe, timeout=60).stdout(0).strip() == "ok"
         for port in ports:
             assert not reachable_from_peer(peer_host, port), port
+
+
+EVALUATOR_CELL = r'''
+import os, tensorflow as tf
+import mwnotebook.worker as mw
+CKPT = CKPT_DIR
+EPOCHS = 3
+def data(n):
+    x = tf.random.stateless_uniform((n, 8), seed=(1, 2))
+    y = tf.cast(tf.reduce_sum(x, axis=1, keepdims=True) > 4.0, tf.float32)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+def make_model():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)),
+                                 tf.keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(tf.keras.optimizers.SGD(0.5), loss="binary_crossentropy", metrics=["accuracy"])
+    return model
+if mw.task_type() == "evaluator":
+    print("evaluator TF_CONFIG cluster", sorted(__import__("json").loads(os.environ["TF_CONFIG"])["cluster"]))
+    mw.sidecar_evaluate(make_model(), data(64), CKPT, max_evaluations=EPOCHS)
+    print("evaluated the last checkpoint")
+else:
+    strategy = mw.strategy()
+    with strategy.scope():
+        model = make_model()
+    cb = tf.keras.callbacks.ModelCheckpoint(os.path.join(CKPT, "ckpt-{epoch}"), save_weights_only=True)
+    model.fit(data(256).repeat(), epochs=EPOCHS, steps_per_epoch=8, callbacks=[cb], verbose=0)
+    print("trained", sorted(__import__("json").loads(os.environ["TF_CONFIG"])["cluster"]))
+'''
+
+
+def test_the_evaluator_runs_beside_training_and_ends_after_the_last_checkpoint(tmp_path):
+    with Cluster(workers=1, evaluator=True, cpu=True) as cluster:
+        assert [c["task"]["type"] for c in cluster.tf_configs] == ["worker", "evaluator"]
+        result = cluster.run(EVALUATOR_CELL.replace("CKPT_DIR", repr(str(tmp_path))), timeout=600)
+    assert "trained ['worker']" in result.stdout(0)  # the evaluator is not in the training cluster
+    assert "evaluator TF_CONFIG cluster ['evaluator']" in result.stdout(1)
+    assert "evaluated the last checkpoint" in result.stdout(1)
+    val = [m for m in result.metrics if "val_loss" in str(m)]
+    assert val, result.metrics  # its metrics reach the chart's path as their own series

@@ -124,3 +124,19 @@ def test_replica_count_counts_the_chief(monkeypatch):
 
     with_config(monkeypatch, {"chief": ["a:1"], "worker": ["a:2", "a:3"]}, "worker", 1)
     assert _strategy._worker_count() == 3
+
+
+def test_the_evaluator_kernel_runs_the_cell_last_and_is_labelled():
+    from mwnotebook.frontend.text import relay
+
+    layout = RoleLayout(workers=2, chief=True, evaluator=True)
+    assert [t.name for t in layout.cell_tasks()] == ["chief-0", "worker-0", "evaluator-0"]
+    assert layout.kernel_names() == {2: "evaluator"}
+    assert RoleLayout(workers=2, ps=1, evaluator=True).kernel_names() == {0: "coordinator", 1: "evaluator"}
+    envs = worker_envs(ClusterSpec(workers=2, ps=1, evaluator=True, legacy_keras=True), ["c", "w", "w2", "p"])
+    assert [e["MWNOTEBOOK_WORKER_INDEX"] for e in envs] == ["0", "1"]
+    try:
+        relay.name_workers(layout.kernel_names())
+        assert relay.worker_label(2) == "[evaluator] " and relay.worker_label(0) == "[worker 0] "
+    finally:
+        relay.name_workers({})

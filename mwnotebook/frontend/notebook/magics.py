@@ -26,7 +26,7 @@ from mwnotebook.frontend.notebook.keras_choice import KerasChoice
 from mwnotebook.frontend.notebook.live_chart import ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.notebook.views import security_notice, status_bundle, tf_config_bundle
-from mwnotebook.frontend.text.relay import TextRelay
+from mwnotebook.frontend.text.relay import TextRelay, name_workers
 from mwnotebook.shared.events import Event, EventSink
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,7 @@ class MWMagics(Magics):
             print(keras_note, file=sys.stderr)
         cluster = self.session.cluster_for(spec)
         kernels = len(layout_of(spec).cell_tasks())  # a --ps cluster runs the cell in its coordinator only
+        name_workers(layout_of(spec).kernel_names())  # [evaluator], [coordinator]
         output = _output_sink(self.shell, kernels, ns.show_tf_startup, clears="clear_output" in cell)
         chart = None if ns.no_dashboard else ChartOnFirstMetric(kernels)
         on_event = _fan_out(*([chart] if chart is not None else []), output)

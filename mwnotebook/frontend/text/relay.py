@@ -53,8 +53,19 @@ def show_startup_default() -> bool:
     return os.environ.get("MWNOTEBOOK_SHOW_TF_STARTUP", "").strip().lower() in ("1", "true", "yes")
 
 
+#: Kernels of the cell that are not plain replicas (``{index: "evaluator"}``, a --ps cluster's
+#: ``"coordinator"``): set per cell by the magic from config/roles.py's ``kernel_names``.
+_names: dict[int, str] = {}
+
+
+def name_workers(names: dict[int, str]) -> None:
+    """Label these kernels ``[evaluator]`` / ``[coordinator]`` instead of ``[worker i]`` (one cell runs at a time)."""
+    _names.clear()
+    _names.update(names)
+
+
 def worker_label(worker: int) -> str:
-    return f"[worker {worker}] "
+    return f"[{_names[worker]}] " if worker in _names else f"[worker {worker}] "
 
 
 def late_label(worker: int, origin: str) -> str:
