@@ -15,6 +15,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from mwnotebook.config.roles import Task, layout_of
 from mwnotebook.config.spec import ClusterSpec
@@ -141,3 +142,32 @@ def roles_readme(spec: ClusterSpec, addresses: Sequence[str]) -> str:
         "`bash run-local.sh` runs the whole cluster on this machine (logs in `<task>.log`).", "",
         f"On real hosts: replace `127.0.0.1` by each host's address in every launcher's TF_CONFIG. {order}",
         "TensorFlow's gRPC server has no authentication: run it on an isolated network only.", ""])
+
+
+#: TFJob replica types (Kubeflow's training operator) of each TensorFlow task type.
+TFJOB_TYPES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
+
+
+def tfjob_replica_specs(spec: ClusterSpec, container: dict[str, Any], volumes: list[dict[str, Any]],
+                        serve_command: list[str]) -> dict[str, Any]:
+    """``tfReplicaSpecs`` with Chief / Worker / PS / Evaluator replicas (the operator writes each pod's
+    TF_CONFIG, and leaves the evaluator out of the others' cluster). A ``--ps`` cluster's Worker and
+    PS pods run ``serve.py``; the parameter servers and the coordinator get no GPU."""
+    layout = layout_of(spec)
+    counts: dict[str, int] = {}
+    for task in layout.training_tasks():
+        counts[task.type] = counts.get(task.type, 0) + 1
+    if layout.evaluator:
+        counts["evaluator"] = 1
+    out: dict[str, Any] = {}
+    for kind, replicas in counts.items():
+        pod = dict(container)
+        if layout.parameter_server and kind in ("worker", "ps"):
+            pod["command"] = serve_command
+        if layout.parameter_server and kind == "worker" and not spec.cpu:  # the env is the coordinator's
+            pod["env"] = [e for e in pod.get("env", []) if e.get("name") != "CUDA_VISIBLE_DEVICES"]
+        if layout.parameter_server and kind != "worker":
+            pod.pop("resources", None)
+        out[TFJOB_TYPES[kind]] = {"replicas": replicas, "restartPolicy": "OnFailure",
+                                  "template": {"spec": {"containers": [pod], "volumes": volumes}}}
+    return out

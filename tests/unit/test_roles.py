@@ -140,3 +140,24 @@ def test_the_evaluator_kernel_runs_the_cell_last_and_is_labelled():
         assert relay.worker_label(2) == "[evaluator] " and relay.worker_label(0) == "[worker 0] "
     finally:
         relay.name_workers({})
+
+
+def test_tfjob_export_has_the_replica_types(tmp_path):
+    import json as _json
+
+    from mwnotebook.export.formats import export_format
+
+    job = export_format("print(1)", tmp_path, ClusterSpec(workers=2, ps=1, evaluator=True, legacy_keras=True),
+                        "tfjob")
+    text = next(p for p in job.files if p.suffix in (".yaml", ".yml", ".json")).read_text()
+    for kind in ("Chief:", "Worker:", "PS:", "Evaluator:"):
+        assert kind in text or _json.dumps(kind[:-1]) in text, kind
+    assert "serve.py" in text and "GRPC_FAIL_FAST" in text
+
+
+def test_slurm_export_of_roles_is_refused_before_writing(tmp_path):
+    from mwnotebook.export.formats import export_format
+
+    with pytest.raises(ConfigError, match="--format slurm does not write"):
+        export_format("print(1)", tmp_path / "job", ClusterSpec(workers=2, ps=1, legacy_keras=True), "slurm")
+    assert not (tmp_path / "job").exists()
