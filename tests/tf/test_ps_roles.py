@@ -152,9 +152,29 @@ def test_a_killed_ps_is_one_cause_first_error_and_everything_restarts(ps_cluster
     assert not set(ps_cluster.server_pids.values()) & set(old.values())
 
 
-def test_nothing_is_left_running():
+STOCK = r'''
+import tensorflow as tf
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+strategy = tf.distribute.ParameterServerStrategy(resolver)
+coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+    w = tf.Variable(0.0)
+@tf.function
+def step():
+    w.assign_add(1.0)
+for _ in range(5):
+    coordinator.schedule(step)
+coordinator.join()
+print("stock", float(w.numpy()))
+'''
+
+
+def test_stock_tutorial_code_works_once_and_is_refused_with_a_reason_on_rerun_then_nothing_is_left():
     with Cluster(workers=1, ps=1, cpu=True) as cluster:
         cluster.start()
+        assert "stock 5.0" in cluster.run(STOCK, timeout=300).stdout(0)
+        with pytest.raises(Exception, match="can connect to its cluster only once"):
+            cluster.run(STOCK, timeout=120)
         pids = {p for p in cluster.server_pids.values() if p} | {i.pid for i in cluster.status() if i.pid}
         assert len(pids) == 3
     deadline = time.monotonic() + 20  # generous: kills are asynchronous on a loaded machine
