@@ -18,6 +18,12 @@ Failures, as TensorFlow handles them (measured on TF 2.21 CPU):
 - a lost parameter server loses variables: the coordinator raises ``UnavailableError``, and only
   a fresh cluster (every task and the coordinator) can go on. :attr:`TaskServers.lost_ps` records
   the cause so the cell's error names it first.
+
+Why the coordinator is a kernel of its own and not the notebook (there is no opt-in for that yet):
+a process can join one TensorFlow cluster once. Reconnecting leaves the old gRPC server listening
+and the old variables invalid, touching the old ``ClusterCoordinator`` crashed the process, and the
+coordinator's own port would sit on the host network without authentication. A coordinator kernel
+is restarted with the cluster; the notebook's kernel holds the user's work.
 """
 
 from __future__ import annotations
