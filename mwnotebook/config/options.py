@@ -122,6 +122,16 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --slurm/--slurm-job, from a machine off the cluster's network: run the "
                              "Slurm commands on this login node over SSH ([user@]host[:port] or an ssh "
                              "config alias) and reach the kernels through it")
+    parser.add_argument("--ps", type=lambda t: whole_number(t, name="--ps"), default=0, metavar="P",
+                        help="ParameterServerStrategy: start P parameter servers and --workers worker "
+                             "servers; the cell runs in one coordinator kernel (tf_keras only)")
+    parser.add_argument("--chief", action="store_true",
+                        help="MultiWorkerMirroredStrategy with a chief: replica 0's TF_CONFIG task is "
+                             "'chief' (the one that saves), the others are worker 0..N-2")
+    parser.add_argument("--evaluator", action="store_true",
+                        help="one more kernel beside training with the evaluator's own TF_CONFIG, never "
+                             "in the training cluster; the cell runs there too (branch on "
+                             "mw.task_type() == 'evaluator')")
     parser.add_argument("--no-template", action="store_true",
                         help="start every local worker as a fresh interpreter instead of forking it from "
                              "a process that has TensorFlow imported already (slower; same workers)")
@@ -150,7 +160,8 @@ def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None 
         xla=ns.xla, preload=ns.preload, network=ns.network,
         template=not getattr(ns, "no_template", False),
         slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None),
-        slurm_login=getattr(ns, "slurm_login", None))
+        slurm_login=getattr(ns, "slurm_login", None),
+        ps=getattr(ns, "ps", 0) or 0, chief=getattr(ns, "chief", False), evaluator=getattr(ns, "evaluator", False))
     if hasattr(ns, "max_restarts"):
         fields["max_restarts"] = max_restarts_from(ns.max_restarts, os.environ if environ is None else environ)
     if (fields["slurm"] is not None or fields["slurm_job"] is not None) and getattr(ns, "timeout", None):

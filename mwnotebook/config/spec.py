@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mwnotebook.config.hosts import HostSpec, worker_hosts
+from mwnotebook.config.role_checks import check_roles
 from mwnotebook.errors import ConfigError
 
 #: More local workers than this is almost certainly a typo (each one is a full TensorFlow process).
@@ -71,6 +72,12 @@ class ClusterSpec:
     #: The host of each worker (empty without ``hosts``): ``--hosts`` is parsed here, once, and
     #: everything else (launcher, GPU split, export) reads this.
     placement: tuple[HostSpec, ...] = field(init=False, compare=False, repr=False, default=())
+    #: TensorFlow's other roles (config/roles.py): ``ps`` parameter servers (ParameterServerStrategy:
+    #: ``workers`` worker servers and one coordinator kernel that runs the cell), ``chief`` (MWMS:
+    #: replica 0 is ``chief``), ``evaluator`` (one more kernel beside training, never in its cluster).
+    ps: int = 0
+    chief: bool = False
+    evaluator: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", dict(self.env))
@@ -129,6 +136,7 @@ class ClusterSpec:
             check_slurm_spec(self)
         if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise ConfigError(f"--max-restarts must be a whole number >= 0, got {self.max_restarts!r}")
+        check_roles(self)
         if not self.startup_timeout > 0:
             raise ConfigError(f"startup_timeout must be > 0 seconds, got {self.startup_timeout!r}")
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from mwnotebook.config.devices import visible_devices_per_worker
-from mwnotebook.config.tf_config import tf_config_json
+from mwnotebook.config.devices import NO_GPU, visible_devices_per_worker
+from mwnotebook.config.roles import Task, layout_of
 from mwnotebook.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -90,36 +90,69 @@ def recipe_code(spec: _RecipeSpec | None = None, *, mixed_precision: str | None 
 
 def worker_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping[str, str] | None = None,
                 gpu_count: int | None = None) -> list[dict[str, str]]:
-    """The variables each worker gets on top of its launcher's base environment.
+    """The variables each kernel that runs the cell gets on top of its launcher's base environment.
 
     The one rule: the cluster hands these to its launcher (engine/async_cluster.py) and export
     writes them into the launch scripts (export/scripts.py), so a job runs with what the notebook's
-    workers had. ``addresses`` are the workers' TF server addresses (TF_CONFIG's cluster list);
-    ``environ`` is the notebook's environment (default ``os.environ``: its
-    ``CUDA_VISIBLE_DEVICES`` is what local workers share out) and ``gpu_count`` the machine's
-    GPUs (default: asked from the driver), both only read for ``--gpus-per-worker``.
-    Raises :class:`ConfigError` (too few GPUs) before anything starts.
+    workers had. ``addresses`` are the TF server addresses of every training task, in
+    :meth:`RoleLayout.training_tasks` order (for a plain cluster: the workers); ``environ`` is the
+    notebook's environment (default ``os.environ``: its ``CUDA_VISIBLE_DEVICES`` is what local
+    workers share out) and ``gpu_count`` the machine's GPUs (default: asked from the driver), both
+    only read for ``--gpus-per-worker``. Under ``--ps`` the one cell kernel is the coordinator; the
+    servers' variables are in :func:`task_envs`. Raises :class:`ConfigError` (too few GPUs) before
+    anything starts.
     """
-    if len(addresses) != spec.workers:
-        raise ConfigError(f"{len(addresses)} addresses for {spec.workers} workers: give one per worker")
+    envs = task_envs(spec, addresses, environ=environ, gpu_count=gpu_count)
+    return [envs[task] for task in layout_of(spec).cell_tasks()]
+
+
+def task_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping[str, str] | None = None,
+              gpu_count: int | None = None) -> dict[Task, dict[str, str]]:
+    """The variables of every task of the cluster (training tasks, and the evaluator with ``--evaluator``).
+
+    MWMS replica i (``MWNOTEBOOK_WORKER_INDEX``) gets the devices of worker slot i; under ``--ps``
+    worker server i gets slot i, while the parameter servers and the coordinator see no GPU (they
+    hold variables and schedule steps). Every task of a ``--ps`` cluster gets
+    ``GRPC_FAIL_FAST=use_caller``: without it a lost worker is not reported to the coordinator.
+    """
+    layout = layout_of(spec)
+    tasks = layout.training_tasks()
+    if len(addresses) != len(tasks):
+        raise ConfigError(f"{len(addresses)} addresses for {len(tasks)} TensorFlow tasks "
+                          f"({', '.join(t.name for t in tasks)}): give one per task")
     devices = visible_devices_per_worker(spec, environ=environ, gpu_count=gpu_count)
     recipes = recipe_env(spec)
-    envs = []
-    for index, visible in enumerate(devices):
-        env: dict[str, str] = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    common: dict[str, str] = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    if spec.use_legacy_keras:
+        common["TF_USE_LEGACY_KERAS"] = "1"
+    if spec.collective != "auto":  # mw.strategy()'s default
+        common["MWNOTEBOOK_COLLECTIVE"] = spec.collective
+    if layout.parameter_server:
+        common["GRPC_FAIL_FAST"] = "use_caller"
+    everyone = [*tasks, Task("evaluator", 0)] if layout.evaluator else list(tasks)
+    cell = layout.cell_tasks()
+    out: dict[Task, dict[str, str]] = {}
+    for task in everyone:
+        env = dict(common)
+        if layout.parameter_server:
+            visible = devices[task.index] if task.type == "worker" else NO_GPU
+        elif task.type == "evaluator":
+            visible = devices[0]
+        else:
+            visible = devices[cell.index(task)]
+        # cell kernels are numbered as their outputs are (the evaluator last); servers by their own index
+        index = cell.index(task) if task in cell else task.index
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible
-        if spec.use_legacy_keras:
-            env["TF_USE_LEGACY_KERAS"] = "1"
-        if spec.collective != "auto":  # mw.strategy()'s default
-            env["MWNOTEBOOK_COLLECTIVE"] = spec.collective
         env.update(spec.env)
         env.update(recipes)  # after the user's own: they extend a --env TF_XLA_FLAGS, never replace it
-        env["TF_CONFIG"] = tf_config_json(list(addresses), index)
+        if layout.parameter_server and task.type != "worker":
+            env["CUDA_VISIBLE_DEVICES"] = NO_GPU
+        env["TF_CONFIG"] = layout.tf_config_json(addresses, task)
         env["MWNOTEBOOK_WORKER_INDEX"] = str(index)
-        env["MWNOTEBOOK_NUM_WORKERS"] = str(len(addresses))
-        envs.append(env)
-    return envs
+        env["MWNOTEBOOK_NUM_WORKERS"] = str(spec.workers)
+        out[task] = env
+    return out
 
 
 def recipe_env(spec: ClusterSpec) -> dict[str, str]:
@@ -156,4 +189,6 @@ def startup_env(spec: ClusterSpec) -> dict[str, str]:
     (``launchers/local/template_pool.py`` ``PER_WORKER_ENV``). Raises :class:`ConfigError` as
     :func:`worker_envs` does, before anything starts.
     """
-    return worker_envs(spec, ["127.0.0.1:0"] * spec.workers)[0]
+    from mwnotebook.config.roles import layout_of  # the tasks that start from a template
+
+    return worker_envs(spec, ["127.0.0.1:0"] * len(layout_of(spec).training_tasks()))[0]

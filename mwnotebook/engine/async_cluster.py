@@ -16,9 +16,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from mwnotebook.config.roles import layout_of
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.config.tf_config import tf_config_for
-from mwnotebook.config.worker_env import worker_envs
+from mwnotebook.config.worker_env import task_envs, worker_envs
 from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code
 from mwnotebook.engine.cell_run import CellRun, CellVerdict
 from mwnotebook.engine.connection import Worker
@@ -27,12 +27,17 @@ from mwnotebook.engine.late_output import LateOutput
 from mwnotebook.engine.restarts import HOST_WAIT_SECONDS, check_max_restarts, run_with_restarts
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.stacks import StacksReport, dump_stacks
+from mwnotebook.engine.task_servers import ParameterServerLost, TaskServers
 from mwnotebook.errors import ClusterStartError, ClusterStateError
 from mwnotebook.launchers import Launcher, make_launcher
 from mwnotebook.launchers.capabilities import AbortsStart, Isolates, ReportsJob
 from mwnotebook.shared.events import Event, EventSink, WorkerState, WorkerStateChanged
 
 log = logging.getLogger(__name__)
+
+#: Seconds a --ps cluster's coordinator gets to fail on its own after a parameter server is lost
+#: before its cell is aborted (it normally raises UnavailableError at once).
+PS_LOSS_GRACE = 15.0
 
 
 
@@ -62,7 +67,11 @@ class AsyncCluster:
         self._workers: list[Worker] = []
         self._envs: list[dict[str, str]] = []
         self._addresses: list[str] = []
-        self._states: list[str] = ["stopped"] * self.spec.workers
+        #: Kernels that run the cell: every replica, or a --ps cluster's coordinator alone.
+        self._cell_count = len(layout_of(self.spec).cell_tasks())
+        #: A --ps cluster's worker and ps servers (engine/task_servers.py); None otherwise.
+        self._servers: TaskServers | None = None
+        self._states: list[str] = ["stopped"] * max(self.spec.workers, self._cell_count)
         self._abort: asyncio.Event | None = None
         self._running = False
         self._emit: EventSink = _ignore
@@ -90,7 +99,8 @@ class AsyncCluster:
 
     @property
     def tf_configs(self) -> list[dict[str, Any]]:
-        return [tf_config_for(self._addresses, i) for i in range(len(self._addresses))]
+        layout = layout_of(self.spec)
+        return [layout.tf_config(self._addresses, t) for t in layout.cell_tasks()] if self._addresses else []
 
     async def start(self, on_event: EventSink | None = None) -> None:
         """Start every worker in parallel and wait until all answer.
@@ -128,8 +138,9 @@ class AsyncCluster:
         if self._launcher is None:
             self._launcher = make_launcher(self.spec)
         try:
-            self._addresses = await self._launcher.tf_addresses(self.spec.workers)
+            self._addresses = await self._launcher.tf_addresses(len(layout_of(self.spec).training_tasks()))
             self._envs = worker_envs(self.spec, self._addresses)
+            await self._start_servers()
             self._workers = await self._start_workers()
         except BaseException:
             await self._close_launcher()
@@ -140,7 +151,7 @@ class AsyncCluster:
     async def _start_workers(self) -> list[Worker]:
         assert self._launcher is not None
         launcher = self._launcher
-        for i in range(self.spec.workers):
+        for i in range(self._cell_count):
             self._set_state(i, "starting")
         started = await asyncio.gather(*(launcher.start(i, env) for i, env in enumerate(self._envs)),
                                        return_exceptions=True)
@@ -158,7 +169,7 @@ class AsyncCluster:
             await self._run_setup(workers)
         except BaseException:
             await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
-            for i in range(self.spec.workers):
+            for i in range(self._cell_count):
                 self._set_state(i, "stopped")
             raise
         for w in workers:
@@ -186,6 +197,7 @@ class AsyncCluster:
         try:
             await asyncio.gather(*(w.kill() for w in self._workers), return_exceptions=True)
             self._workers = []
+            await self._start_servers()
             self._workers = await self._start_workers()
         finally:
             self._emit = _ignore
@@ -201,6 +213,7 @@ class AsyncCluster:
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
 
         async def start_fresh() -> None:
+            await self._start_servers()
             self._workers = await self._start_workers()
 
         task = asyncio.ensure_future(start_fresh())
@@ -213,6 +226,7 @@ class AsyncCluster:
         await self._drop_release()
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        await self._stop_servers()
         for i in range(self.spec.workers):
             self._states[i] = "stopped"
         await self._close_launcher()
@@ -226,7 +240,35 @@ class AsyncCluster:
         await self._drop_release()
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
+        await self._stop_servers()
         await self._close_launcher()
+
+    async def _start_servers(self) -> None:
+        """A --ps cluster's worker and ps servers, (re)started before the coordinator that uses them."""
+        layout = layout_of(self.spec)
+        if not layout.parameter_server:
+            return
+        await self._stop_servers()
+        assert self._launcher is not None
+        envs = task_envs(self.spec, self._addresses)
+        self._servers = TaskServers(self._launcher, {t: envs[t] for t in layout.server_tasks()},
+                                    self.spec.startup_timeout, self.late_output, self._lost_ps_during_cell)
+        await self._servers.start()
+
+    async def _stop_servers(self) -> None:
+        if self._servers is not None:
+            await self._servers.kill()
+            self._servers = None
+
+    def _lost_ps_during_cell(self) -> None:
+        """The coordinator normally fails on its own at once (UnavailableError); never let it hang."""
+        if self._running:
+            asyncio.get_running_loop().call_later(PS_LOSS_GRACE, self.request_abort)
+
+    @property
+    def servers(self) -> TaskServers | None:
+        """A --ps cluster's worker and ps servers (None for other clusters)."""
+        return self._servers
 
     async def _close_launcher(self) -> None:
         if self._launcher is not None:
@@ -235,13 +277,14 @@ class AsyncCluster:
 
     async def status(self) -> list[WorkerInfo]:
         infos = []
-        for i in range(self.spec.workers):
+        configs = self.tf_configs
+        for i in range(self._cell_count):
             worker = self._workers[i] if i < len(self._workers) else None
             alive = bool(worker) and await worker.handle.is_alive()  # type: ignore[union-attr]
             infos.append(WorkerInfo(
                 index=i, host=worker.handle.host if worker else "", pid=worker.handle.pid if worker else None,
                 state=self._states[i], alive=alive,
-                tf_config=tf_config_for(self._addresses, i) if self._addresses else {}))
+                tf_config=configs[i] if i < len(configs) else {}))
         return infos
 
     async def scheduler_status(self) -> dict[str, Any] | None:
@@ -313,6 +356,9 @@ class AsyncCluster:
             raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
         if self._running:
             raise ClusterStateError("a cell is already running on this cluster")
+        if self._servers is not None and self._servers.lost_ps is not None:
+            log.warning("a parameter server was lost between cells: restarting the whole cluster")
+            await self.restart()
         self._running = True
         self._cell_code = code
         self._emit = on_event or _ignore
@@ -325,6 +371,18 @@ class AsyncCluster:
                 lambda: self._replace_workers(fresh_setup), self._observe, restarts, host_wait=self.restart_host_wait,
                 aborted=abort.is_set)
             verdict = outcome.verdict
+            lost_ps = self._servers.lost_ps if self._servers is not None else None
+            if lost_ps is not None:
+                # Variables are gone with the ps: only fresh tasks and a fresh coordinator can go on.
+                if restart_on_failure:
+                    await self.restart_in_background()
+                task, how = lost_ps
+                raise ParameterServerLost(
+                    verdict.failures, restarted=restart_on_failure,
+                    detail=f"parameter server {task.name} died ({how}) while the cell ran: the variables "
+                           "it held are gone. Every task and the coordinator are restarted; with "
+                           "BackupAndRestore or a CheckpointManager the next run resumes from the last "
+                           "checkpoint.")
             if verdict.ok:
                 return RunResult.of_attempts(outcome.results, outcome.restarts)
             if outcome.start_error is not None:

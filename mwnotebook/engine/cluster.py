@@ -72,6 +72,12 @@ class Cluster:
         """Each worker's TF_CONFIG (the same cluster, a different ``task.index``)."""
         return self._core.tf_configs
 
+    @property
+    def server_pids(self) -> dict[str, int | None]:
+        """A ``--ps`` cluster's worker and ps servers: ``{"ps-0": pid, "worker-0": pid, ...}`` ({} otherwise)."""
+        servers = self._core.servers
+        return servers.pids() if servers is not None else {}
+
     def start(self, on_event: EventSink | None = None) -> Cluster:
         """Start every worker (in parallel) and wait until all are ready. Does nothing if running."""
         self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event, on_interrupt=self._abandon)

@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from mwnotebook.config import worker_env as worker_setup
+from mwnotebook.config.roles import layout_of
 from mwnotebook.config.slurm_options import split_salloc_args
 from mwnotebook.config.worker_env import worker_envs
 from mwnotebook.errors import ConfigError
+from mwnotebook.export.roles import SERVE_NAME, SERVE_SOURCE, tfjob_replica_specs, uses_roles
 from mwnotebook.export.scripts import MARKER, SCRIPT_NAME, script_source
 from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.slurm_tf_config import DEFAULT_PORT
@@ -82,7 +84,7 @@ def sbatch_lines(salloc_args: Sequence[str]) -> list[str]:
 def _worker_env(spec: Any) -> dict[str, str]:
     """What every Slurm task gets: the one worker-environment rule (config/worker_env.py), less what
     differs per task and is built at run time from Slurm's variables (TF_CONFIG, the worker index)."""
-    placeholders = [f"node:{port}" for port in range(spec.workers)]
+    placeholders = [f"node:{port}" for port in range(len(layout_of(spec).training_tasks()))]
     # GPUs are bound per task by srun --gpus-per-task, not split on this machine: never ask its driver.
     env = worker_envs(spec, placeholders, environ={}, gpu_count=spec.workers * (spec.gpus_per_worker or 0))[0]
     for per_task in ("TF_CONFIG", "MWNOTEBOOK_WORKER_INDEX"):
@@ -171,6 +173,12 @@ def tfjob_documents(spec: Any, script_text: str, env: Mapping[str, str], name: s
             }},
         },
     }
+    if uses_roles(spec):  # Chief / Worker / PS / Evaluator replicas (export/roles.py)
+        volumes = [{"name": "script", "configMap": {"name": f"{name}-script"}}]
+        serve = [part.replace(SCRIPT_NAME, SERVE_NAME) for part in command]
+        tfjob["spec"]["tfReplicaSpecs"] = tfjob_replica_specs(spec, container, volumes, serve)  # type: ignore[index]
+        if spec.ps:
+            config_map["data"][SERVE_NAME] = SERVE_SOURCE  # type: ignore[index]
     return [config_map, tfjob]
 
 
@@ -200,6 +208,10 @@ def export_format(code: str, out_dir: str | Path, spec: Any, fmt: str, *, python
     """Write ``code`` as a ``fmt`` job (``slurm`` or ``tfjob``) for ``spec`` into ``out_dir``."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of launchers, {', '.join(FORMATS)}; got {fmt!r}")
+    if fmt == "slurm" and uses_roles(spec):
+        raise ConfigError("--format slurm does not write --ps/--chief/--evaluator jobs yet (one srun runs "
+                          "one command on every task); use --format launchers (chief.sh, worker-<i>.sh, "
+                          "ps-<j>.sh, evaluator.sh) or --format tfjob")
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory} exists and is not a directory")

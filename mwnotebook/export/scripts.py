@@ -31,6 +31,7 @@ from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.tf_config import PortReservation, format_address, tf_config_json
 from mwnotebook.config.worker_env import recipe_code, worker_envs
 from mwnotebook.errors import ConfigError
+from mwnotebook.export.roles import export_roles, roles_readme, uses_roles
 
 log = logging.getLogger(__name__)
 
@@ -332,6 +333,14 @@ def export_cell(code: str, out_dir: str | Path, spec: ClusterSpec, *, ports: Seq
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory} exists and is not a directory")
     script_text, disabled = script_source(code, recipe_code(spec))
+    if uses_roles(spec):  # chief.sh / worker-<i>.sh / ps-<j>.sh / evaluator.sh (export/roles.py)
+        directory.mkdir(parents=True, exist_ok=True)
+        script = _write(directory / SCRIPT_NAME, script_text)
+        given = _choose_addresses(spec, ports)[0] if spec.hosts else None
+        role_files, run_local, addresses = export_roles(directory, spec, ports, python, given)
+        readme = _write(directory / README, roles_readme(spec, addresses))
+        return ExportedJob(directory=directory, script=script, launchers=tuple(role_files), run_local=run_local,
+                           readme=readme, addresses=tuple(addresses), disabled_lines=tuple(disabled))
     addresses, loopback = _choose_addresses(spec, ports)
     envs = worker_envs(spec, addresses)
 

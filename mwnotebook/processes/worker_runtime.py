@@ -33,7 +33,7 @@ def _connection_file(argv: list[str]) -> str | None:
 
 def install(argv: list[str] | None = None) -> None:
     """Call once, first thing in the worker's main(), while it has a single thread."""
-    from mwnotebook.processes.runtime import collective_keys, containment, output, stack_signal
+    from mwnotebook.processes.runtime import collective_keys, containment, output, ps_guard, stack_signal
 
     os.environ[WORKER_ENV] = "1"
     try:
@@ -41,6 +41,7 @@ def install(argv: list[str] | None = None) -> None:
     except Exception:
         log.warning("cannot contain the worker's child processes", exc_info=True)
     collective_keys.install()
+    ps_guard.install()
     output.install()
     connection_file = _connection_file(sys.argv if argv is None else argv)
     if connection_file:

@@ -93,6 +93,10 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
     ``every``: report every n-th batch only.
     """
     base = _keras_base()
+    from mwnotebook.worker._ps import ps_task_count
+
+    if ps_task_count():
+        return _epoch_reporter(base)
 
     class _KerasReporter(base):  # type: ignore[misc, valid-type]
         _supports_tf_logs = True  # keep logs as tensors: no per-batch device sync for us
@@ -173,6 +177,32 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
                 log.warning("mwnotebook: batch-level global loss %.5f differs from Keras' epoch loss "
                             "%.5f; batch curves may be scaled wrongly for this Keras/strategy",
                             batch_value, epoch_value)
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self._reporter.flush()
+
+    return _KerasReporter()
+
+
+def _epoch_reporter(base: type) -> Any:
+    """The reporter of a ``--ps`` cluster's coordinator: epoch metrics only.
+
+    Under ``ParameterServerStrategy`` batch logs are ``RemoteValue``s of steps still running on the
+    worker servers, and tf_keras refuses any callback with batch hooks; epoch-end logs are numbers.
+    """
+
+    class _KerasReporter(base):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self._reporter = reporter()
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self._reporter.install_hook()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            steps = int((self.params or {}).get("steps") or 1)
+            values: dict[str, Any] = {GLOBAL_PREFIX + k: v for k, v in (logs or {}).items()}
+            self._reporter.add((epoch + 1) * steps, values, extra={"kind": "epoch", "epoch": epoch})
 
         def on_train_end(self, logs: Any = None) -> None:
             self._reporter.flush()

@@ -18,7 +18,6 @@ does not initialise the runtime (measured: MWMS created after it works).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -26,6 +25,7 @@ from typing import Any
 
 from mwnotebook.errors import ConfigError
 from mwnotebook.recipes import global_batch_size
+from mwnotebook.worker._roles import cluster_workers
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +62,10 @@ def _gpu_count(tf: Any) -> int:
 
 
 def _worker_count() -> int:
-    raw = os.environ.get("TF_CONFIG", "")
-    if raw:
-        try:
-            return max(1, len(json.loads(raw).get("cluster", {}).get("worker", [])))
-        except (ValueError, AttributeError):
-            pass
+    """Replicas in TF_CONFIG: ``chief`` and ``worker`` tasks both (``--chief`` makes replica 0 a chief)."""
+    counted = cluster_workers()
+    if counted:
+        return counted
     return max(1, int(os.environ.get("MWNOTEBOOK_NUM_WORKERS", "1") or 1))
 
 
@@ -84,6 +82,12 @@ def strategy(collective: str | None = None, timeout: float | None = None) -> Any
     changing them needs fresh workers (``%mwcluster restart``).
     """
     global _strategy, _options
+    from mwnotebook.worker._ps import ps_task_count
+
+    if ps_task_count():
+        raise StrategyError("this is a parameter-server cluster (%%mwtrain --ps): mw.strategy() is "
+                            "MultiWorkerMirroredStrategy. Use mw.ps_strategy() and mw.coordinator(), or "
+                            "start the cluster without --ps")
     wanted_collective = _resolve_collective(collective) if collective is not None else None
     if timeout is not None and timeout <= 0:
         raise StrategyError(f"timeout must be a positive number of seconds (got {timeout!r})")

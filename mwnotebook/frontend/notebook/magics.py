@@ -16,6 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import publish_display_data
 
 from mwnotebook.config.options import add_cluster_arguments, add_restart_argument, seconds, spec_from_options
+from mwnotebook.config.roles import layout_of
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.result import RunResult
@@ -25,7 +26,7 @@ from mwnotebook.frontend.notebook.keras_choice import KerasChoice
 from mwnotebook.frontend.notebook.live_chart import ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.notebook.views import security_notice, status_bundle, tf_config_bundle
-from mwnotebook.frontend.text.relay import TextRelay
+from mwnotebook.frontend.text.relay import TextRelay, name_workers
 from mwnotebook.shared.events import Event, EventSink
 
 log = logging.getLogger(__name__)
@@ -114,8 +115,10 @@ class NotebookSession:
         if not self._security_notice_shown:
             self._security_notice_shown = True
             spec = cluster.spec
+            # every task's port (chief, workers, parameter servers), not only the cell kernels'
+            addresses = [a for c in cluster.tf_configs[:1] for group in c["cluster"].values() for a in group]
             # A warning goes to stderr; the all-clear of a private namespace is plain information.
-            print(security_notice(cluster.addresses, cluster.network_isolated,
+            print(security_notice(addresses, cluster.network_isolated,
                                   remote=bool(spec.hosts) or spec.uses_slurm),
                   file=sys.stdout if cluster.network_isolated else sys.stderr)
 
@@ -169,8 +172,10 @@ class MWMagics(Magics):
         if keras_note:
             print(keras_note, file=sys.stderr)
         cluster = self.session.cluster_for(spec)
-        output = _output_sink(self.shell, spec.workers, ns.show_tf_startup, clears="clear_output" in cell)
-        chart = None if ns.no_dashboard else ChartOnFirstMetric(spec.workers)
+        kernels = len(layout_of(spec).cell_tasks())  # a --ps cluster runs the cell in its coordinator only
+        name_workers(layout_of(spec).kernel_names())  # [evaluator], [coordinator]
+        output = _output_sink(self.shell, kernels, ns.show_tf_startup, clears="clear_output" in cell)
+        chart = None if ns.no_dashboard else ChartOnFirstMetric(kernels)
         on_event = _fan_out(*([chart] if chart is not None else []), output)
         late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
         try:

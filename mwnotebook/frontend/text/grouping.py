@@ -24,8 +24,19 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 Result = tuple[int, dict[str, Any], dict[str, Any]]  # (worker, data, metadata) of an execute_result
 
 
+#: Kernels of the cell that are not plain replicas (``{index: "evaluator"}``, a --ps cluster's
+#: ``"coordinator"``): set per cell by the magic from config/roles.py's ``kernel_names``.
+_names: dict[int, str] = {}
+
+
+def name_workers(names: dict[int, str]) -> None:
+    """Label these kernels ``[evaluator]`` / ``[coordinator]`` instead of ``[worker i]`` (one cell runs at a time)."""
+    _names.clear()
+    _names.update(names)
+
+
 def worker_label(worker: int) -> str:
-    return f"[worker {worker}] "
+    return f"[{_names[worker]}] " if worker in _names else f"[worker {worker}] "
 
 
 def workers_label(workers: list[int], total: int) -> str:

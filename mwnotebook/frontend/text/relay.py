@@ -27,6 +27,7 @@ from mwnotebook.frontend.text.grouping import (
     DisplayGroups,
     Result,
     grouped_results,
+    name_workers,
     with_plain_label,
     worker_label,
     workers_label,
@@ -34,7 +35,8 @@ from mwnotebook.frontend.text.grouping import (
 from mwnotebook.shared.events import Event, IOPubContent, RunRestarted, WorkerOutput
 
 __all__ = ["LineLabeller", "Result", "TextRelay", "grouped_results", "is_startup_chatter", "late_label",
-           "late_lines", "render_line", "restart_line", "show_startup_default", "worker_label", "workers_label"]
+           "late_lines", "name_workers", "render_line", "restart_line", "show_startup_default", "worker_label",
+           "workers_label"]
 
 DisplayFn = Callable[[dict[str, Any], dict[str, Any]], None]
 

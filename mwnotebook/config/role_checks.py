@@ -1,0 +1,48 @@
+"""Validation of ``--ps``, ``--chief`` and ``--evaluator`` (config/roles.py): every combination
+that cannot work is a :class:`ConfigError` naming the option, before any process starts. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mwnotebook.errors import ConfigError
+
+#: More parameter servers than this is almost certainly a typo.
+MAX_PS = 16
+
+
+def check_roles(spec: Any) -> None:
+    """Raise :class:`ConfigError` for a :class:`~mwnotebook.config.spec.ClusterSpec` whose roles
+    cannot work (typed ``Any``: spec.py calls this, so importing it here would be a cycle)."""
+    ps = spec.ps
+    if isinstance(ps, bool) or not isinstance(ps, int):
+        raise ConfigError(f"--ps must be a whole number, got {ps!r}")
+    if ps < 0 or ps > MAX_PS:
+        raise ConfigError(f"--ps must be between 1 and {MAX_PS} parameter servers, got {ps}")
+    remote = bool(spec.hosts) or spec.uses_slurm
+    if ps:
+        if spec.chief:
+            raise ConfigError(
+                "--chief and --ps together mean nothing new: a --ps cluster always has a chief, the "
+                "coordinator kernel that runs the cell. Drop --chief (it is for "
+                "MultiWorkerMirroredStrategy clusters)")
+        if not spec.use_legacy_keras:
+            why = ("--no-legacy-keras was given" if spec.legacy_keras is False
+                   else "tf_keras is not installed in this Python")
+            raise ConfigError(
+                f"--ps needs tf_keras: ParameterServerStrategy works only with tf_keras "
+                f"(TF_USE_LEGACY_KERAS=1), Keras 3 does not support it, and {why}. "
+                + ("Remove --no-legacy-keras." if spec.legacy_keras is False else "pip install tf_keras."))
+        if remote:
+            raise ConfigError("--ps starts local workers only (this machine); remove --hosts/--slurm, or "
+                              "use --export to write ps-j.sh / worker-i.sh scripts for other machines")
+        if spec.collective != "auto":
+            raise ConfigError("--collective applies to MultiWorkerMirroredStrategy's all-reduce; a --ps "
+                              "cluster has none (variables live on the parameter servers). Remove it")
+    if spec.evaluator:
+        if remote:
+            raise ConfigError("--evaluator starts a local kernel only; remove --hosts/--slurm, or "
+                              "use --export to write evaluator.sh")
+        if spec.gpus_per_worker is not None and spec.gpus_per_worker > 1:
+            raise ConfigError("--evaluator runs on the CPU or one GPU: it cannot honour "
+                              f"--gpus-per-worker {spec.gpus_per_worker} (use 1, or drop --evaluator)")

@@ -1,0 +1,164 @@
+"""The servers of a ``ParameterServerStrategy`` cluster: ``--workers`` worker tasks and ``--ps``
+parameter servers that only run a TensorFlow server, beside the one coordinator kernel that runs
+the cell (config/roles.py has the layout).
+
+Each server is an ordinary worker kernel from the cluster's launcher (forked from the worker
+template where there is one, in the cluster's private network namespace), in which
+:data:`SERVE_CODE` starts ``tf.distribute.Server`` once and returns: the server runs on
+TensorFlow's own threads for the life of the process, and the kernel stays free to answer, so it
+is started, watched and killed like any worker. (That is what ``Server.join()`` waits on forever
+in a stand-alone script, see export/.)
+
+Failures, as TensorFlow handles them (measured on TF 2.21 CPU):
+
+- a worker server that dies and comes back **on the same address** is taken back by the
+  coordinator's ``ClusterCoordinator``, which re-runs the steps it lost: so a lost worker is
+  restarted here at once with its own TF_CONFIG (its port stays reserved for the cluster's
+  life), and the cell goes on;
+- a lost parameter server loses variables: the coordinator raises ``UnavailableError``, and only
+  a fresh cluster (every task and the coordinator) can go on. :attr:`TaskServers.lost_ps` records
+  the cause so the cell's error names it first.
+
+Why the coordinator is a kernel of its own and not the notebook (there is no opt-in for that yet):
+a process can join one TensorFlow cluster once. Reconnecting leaves the old gRPC server listening
+and the old variables invalid, touching the old ``ClusterCoordinator`` crashed the process, and the
+coordinator's own port would sit on the host network without authentication. A coordinator kernel
+is restarted with the cluster; the notebook's kernel holds the user's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from mwnotebook.config.roles import Task
+from mwnotebook.engine.connection import Worker
+from mwnotebook.engine.late_output import LateOutput
+from mwnotebook.errors import ClusterRunError, ClusterStartError, WorkerFailure
+from mwnotebook.launchers import Launcher
+
+log = logging.getLogger(__name__)
+
+#: Run once in every server kernel. The server object is kept in the kernel's namespace: while it
+#: exists, the gRPC server serves.
+SERVE_CODE = """\
+def __mwnotebook_serve():
+    import json, os
+    import tensorflow as tf
+    config = json.loads(os.environ["TF_CONFIG"])
+    task = config["task"]
+    return tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name=task["type"],
+                                task_index=int(task["index"]), protocol="grpc", start=True)
+__mwnotebook_server = __mwnotebook_serve()
+del __mwnotebook_serve
+"""
+
+#: How often the servers' processes are checked while the cluster lives (a lost worker is back on
+#: its address within about this long plus a start).
+WATCH_INTERVAL = 0.2
+
+#: Launcher slot numbers of the servers start here, apart from the cell kernels' 0..N-1 (they only
+#: name the kernels' files and messages).
+SLOT_BASE = 100
+
+
+class ParameterServerLost(ClusterRunError):
+    """A parameter server died while the cell ran: its variables are gone, the cluster is restarted."""
+
+    def __init__(self, failures: list[WorkerFailure], restarted: bool, detail: str = "") -> None:
+        super().__init__(failures, restarted, detail)
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"\x1b[0;31mParameterServerLost\x1b[0m: {self.detail}", ""]
+        lines.append("What the coordinator saw next:" if self.failures else "")
+        return lines + super()._render_traceback_()
+
+
+class TaskServers:
+    """Starts, watches and restarts the worker and ps servers of one cluster. Runs on the cluster's loop."""
+
+    def __init__(self, launcher: Launcher, envs: Mapping[Task, dict[str, str]], startup_timeout: float,
+                 late: LateOutput | None = None, on_lost_ps: Callable[[], None] | None = None) -> None:
+        self._launcher = launcher
+        self._envs = dict(envs)
+        self._timeout = startup_timeout
+        self._late = late
+        self._on_lost_ps = on_lost_ps
+        self.servers: dict[Task, Worker] = {}
+        #: ``(task, how it ended)`` of the first parameter server lost since :meth:`start`.
+        self.lost_ps: tuple[Task, str] | None = None
+        #: How many worker servers were restarted after they were lost (for the status and tests).
+        self.restarts = 0
+        #: Seconds from noticing the last lost worker server to its replacement serving.
+        self.last_recovery: float | None = None
+        self._watch: asyncio.Future[None] | None = None
+        self._slots = {task: SLOT_BASE + i for i, task in enumerate(self._envs)}
+
+    async def start(self) -> None:
+        """Start every server at once and wait until each serves; on any failure none is left running."""
+        self.lost_ps = None
+        started = await asyncio.gather(*(self._start_one(t) for t in self._envs), return_exceptions=True)
+        for task, outcome in zip(self._envs, started):
+            if isinstance(outcome, Worker):
+                self.servers[task] = outcome
+        errors = [exc for exc in started if isinstance(exc, BaseException)]
+        if errors:
+            await self.kill()
+            raise errors[0]
+        self._watch = asyncio.ensure_future(self._watch_loop())
+
+    async def _start_one(self, task: Task) -> Worker:
+        env = self._envs[task]
+        handle = await self._launcher.start(self._slots[task], env)
+        server = Worker(handle, env, self._late)
+        try:
+            await server.connect(self._timeout)
+            outcome = await server.execute(SERVE_CODE, lambda _m: None, silent=True)
+        except BaseException:
+            await server.kill()
+            raise
+        if outcome.status != "ok":
+            await server.kill()
+            raise ClusterStartError(f"{task.name} could not start its TensorFlow server "
+                                    f"({outcome.ename}: {outcome.evalue})")
+        log.debug("%s serves (pid %s)", task.name, handle.pid)
+        return server
+
+    async def _watch_loop(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            for task, server in list(self.servers.items()):
+                if await server.handle.is_alive():
+                    continue
+                how = server.handle.exit_description() or "ended"
+                del self.servers[task]
+                await server.kill()
+                if task.type == "ps":
+                    log.warning("parameter server %s was lost (%s)", task.name, how)
+                    if self.lost_ps is None:
+                        self.lost_ps = (task, how)
+                        if self._on_lost_ps is not None:
+                            self._on_lost_ps()
+                    continue
+                log.warning("worker server %s was lost (%s); restarting it on its address", task.name, how)
+                noticed = time.monotonic()
+                try:
+                    self.servers[task] = await self._start_one(task)
+                    self.restarts += 1
+                    self.last_recovery = time.monotonic() - noticed
+                except Exception:
+                    log.exception("could not restart %s", task.name)
+
+    async def kill(self) -> None:
+        """End every server now (cluster stop, restart, or a failed start)."""
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+            self._watch = None
+        servers, self.servers = list(self.servers.values()), {}
+        await asyncio.gather(*(s.kill() for s in servers), return_exceptions=True)
+
+    def pids(self) -> dict[str, int | None]:
+        return {task.name: server.handle.pid for task, server in self.servers.items()}

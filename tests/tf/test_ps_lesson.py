@@ -1,0 +1,33 @@
+"""notebooks/09 executed with nbclient: the same model trained with --chief (all-reduce) and with
+--ps 1 --workers 2 (a coordinator kernel and three servers), loss falling both ways."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+pytestmark = [pytest.mark.tf, pytest.mark.slow]
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _text(cell) -> str:
+    return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", []))
+
+
+def test_lesson_09_trains_the_same_model_both_ways(tmp_path):
+    nb = nbformat.read(ROOT / "notebooks" / "09_parameter_server_training.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", store_widget_state=False,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    nbformat.write(nb, ROOT / "artifacts" / "09_parameter_server_training.executed.ipynb")
+    text = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
+    mwms = re.findall(r"(chief-0|worker-0) chief=(True|False) mwms_loss ([0-9.]+) -> ([0-9.]+)", text)
+    assert sorted((who, flag) for who, flag, *_ in mwms) == [("chief-0", "True"), ("worker-0", "False")], text
+    assert all(float(last) < float(first) for *_, first, last in mwms), mwms
+    ps = re.findall(r"chief ps_loss ([0-9.]+) -> ([0-9.]+)", text)
+    assert len(ps) == 1 and float(ps[0][1]) < float(ps[0][0]), text  # the cell ran in the coordinator only
