@@ -78,3 +78,22 @@ def test_notebook_view_puts_late_output_in_the_running_cell_else_its_own_and_kee
     assert (t1, c1["text"], p1["header"]["msg_id"]) == ("stream", "[worker 0, after cell 3] x\n", "c3")
     assert (t2, c2["transient"]["display_id"], p2["header"]["msg_id"]) == ("update_display_data", "mw-p1-w1-d", "c4")
     assert c2["data"]["text/plain"] == "[worker 1, after cell 3] 50%"
+
+
+def test_notebook_view_labels_a_late_figure_with_a_display_of_its_own():
+    """A front end shows only the richest type of a bundle: a late image's label in its text/plain
+    would never be seen, so a label display comes first (as for rich output during a cell)."""
+    from types import SimpleNamespace
+
+    from mwnotebook.engine.late_output import LateItem
+    from mwnotebook.frontend.notebook.late_view import NotebookLateView
+
+    kernel = FakeKernel()
+    view = NotebookLateView(SimpleNamespace(kernel=kernel, execution_count=5, events=None))
+    origin = view.origin("p2")
+    view(LateItem(1, "display_data", {"data": {"image/png": "iVBOR", "text/plain": "<Figure>"}}, origin))
+    (t1, label, _), (t2, figure, _) = kernel.session.sent
+    assert (t1, t2) == ("display_data", "display_data")
+    assert "[worker 1, after cell 5]" in label["data"]["text/html"]
+    assert label["data"]["text/plain"] == "[worker 1, after cell 5]"
+    assert figure["data"]["image/png"] == "iVBOR"

@@ -9,13 +9,13 @@ prints it, labelled. Capping and the always-written log: :mod:`mwnotebook.engine
 
 from __future__ import annotations
 
-import html
 import logging
 import sys
 from typing import Any
 
 from mwnotebook.engine.late_output import LateItem, LateOrigin
 from mwnotebook.frontend.notebook.output_areas import worker_display_id
+from mwnotebook.frontend.notebook.rich_labels import is_rich, label_bundle
 from mwnotebook.frontend.text.relay import late_label, late_lines
 
 log = logging.getLogger(__name__)
@@ -73,15 +73,18 @@ class NotebookLateView:
         else:
             data = dict(content.get("data", {}))
             tag = late_label(item.worker, label)
-            if "text/plain" in data:
-                data["text/plain"] = tag + str(data["text/plain"])
-            if "text/html" in data:
-                data["text/html"] = f"<b>{html.escape(tag)}</b>" + str(data["text/html"])
             transient = dict(content.get("transient") or {})
             if "display_id" in transient:  # the id its cell gave this worker's display
                 transient["display_id"] = worker_display_id(prefix, item.worker, transient["display_id"])
             elif item.msg_type == "update_display_data":
                 return
+            if "text/plain" in data:
+                data["text/plain"] = tag + str(data["text/plain"])
+            if is_rich(data) and item.msg_type == "display_data":
+                # a front end shows the richest type only: the label is a display of its own before
+                # it, as for a worker's rich output during its cell (rich_labels.py)
+                self._send("display_data", {"data": label_bundle(tag, [item.worker]), "metadata": {},
+                                            "transient": {}}, parent)
             self._send(item.msg_type, {"data": data, "metadata": content.get("metadata", {}),
                                        "transient": transient}, parent)
 
