@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -201,8 +201,11 @@ class CellRun:
             if not wakeup[0].done():
                 wakeup[0].set_result(None)
 
+        def watcher(index: int) -> Callable[[asyncio.Task[ExecutionOutcome]], None]:
+            return lambda _task: on_done(index)
+
         for index, task in tasks.items():
-            task.add_done_callback(lambda _t, i=index: on_done(i))
+            task.add_done_callback(watcher(index))
         abort_wait: asyncio.Future[Any] = asyncio.ensure_future(self.abort.wait())
         remaining = len(tasks)
         checked_at = time.monotonic()
