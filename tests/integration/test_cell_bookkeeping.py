@@ -53,3 +53,22 @@ def test_replaced_objects_are_released_between_cells_when_tensorflow_is_loaded(c
     assert cluster.query("print(len(_l._held))") == ["0\n", "0\n"]
     cluster.run("pass")  # replaces nothing: no release is needed, and the hold is dropped at once
     assert cluster.query("print(len(_l._held))") == ["0\n", "0\n"]
+
+
+def test_workers_do_not_echo_the_cell_on_iopub(cluster):
+    client = cluster._core._workers[0].client
+    seen: list[str] = []
+    receive = client.get_iopub_msg
+
+    async def recording(*args, **kwargs):
+        msg = await receive(*args, **kwargs)
+        seen.append(msg["msg_type"])
+        return msg
+    client.get_iopub_msg = recording  # the worker's IOPub reader looks it up for every message
+    try:
+        cluster.run("pass")  # the reader is already waiting in the old method: one message goes by it
+        cluster.run("print('x')")
+    finally:
+        client.get_iopub_msg = receive
+    assert "stream" in seen and "status" in seen
+    assert "execute_input" not in seen

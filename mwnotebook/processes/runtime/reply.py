@@ -9,13 +9,16 @@ values, and the notebook stops asking through expressions once it has seen that 
 (``mwnotebook/engine/connection.py``). A worker without this module (a remote host with an older
 mwnotebook) keeps answering the expressions.
 
-Two more per-request costs of ipykernel are dropped here, each safe because the notebook reads
+Three more per-request costs of ipykernel are dropped here, each safe because the notebook reads
 every request's IOPub output until that request's ``idle`` (which ipykernel sends after all of it):
 
 - the flush of stdout and stderr before each reply is a round trip to the I/O thread each, even
   when nothing was written: a flush with nothing buffered returns at once;
 - the 0.5 ms ``time.sleep`` ipykernel makes before every reply (``Kernel._execute_sleep``, a
   work-around so that the last output is sent before the reply).
+
+- the ``execute_input`` message (the request's own code, echoed on IOPub for other frontends: a
+  worker's only client is the notebook that sent the code, and it ignores the echo).
 
 Installed by the set-up code every worker runs after it starts (``mwnotebook/engine/bootstrap.py``).
 """
@@ -95,6 +98,10 @@ def _patch_idle_flush() -> None:
     OutStream.flush = flush  # type: ignore[method-assign]
 
 
+def _no_echo(*_args: Any, **_kwargs: Any) -> None:
+    """In place of ipykernel's ``_publish_execute_input``."""
+
+
 def install() -> None:
     """Patch this kernel (idempotent); call from code running in it."""
     output.patch_out_stream()
@@ -103,5 +110,9 @@ def install() -> None:
     from IPython import get_ipython
 
     kernel = getattr(get_ipython(), "kernel", None)
-    if kernel is not None and hasattr(kernel, "_execute_sleep"):
+    if kernel is None:
+        return
+    if hasattr(kernel, "_execute_sleep"):
         kernel._execute_sleep = 0.0
+    if hasattr(kernel, "_publish_execute_input"):
+        kernel._publish_execute_input = _no_echo
