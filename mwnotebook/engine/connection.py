@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.connect import KernelConnectionInfo
 
 from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
 from mwnotebook.engine.late_output import LateOrigin, LateOutput
+from mwnotebook.engine.wire import WorkerClient
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle
 
@@ -135,7 +135,7 @@ class Worker:
         self.handle = handle
         self.env = env
         self._init_iopub_routing(late)
-        self.client = AsyncKernelClient()
+        self.client = WorkerClient()
         self.client.load_connection_info(cast(KernelConnectionInfo, handle.connection_info))
         # One request at a time: concurrent readers of the same ZMQ sockets would steal each
         # other's messages.

@@ -72,3 +72,22 @@ def test_workers_do_not_echo_the_cell_on_iopub(cluster):
         client.get_iopub_msg = receive
     assert "stream" in seen and "status" in seen
     assert "execute_input" not in seen
+
+
+def test_workers_send_idle_but_not_busy(cluster):
+    client = cluster._core._workers[0].client
+    states: list[str] = []
+    receive = client.get_iopub_msg
+
+    async def recording(*args, **kwargs):
+        msg = await receive(*args, **kwargs)
+        if msg["msg_type"] == "status":
+            states.append(msg["content"]["execution_state"])
+        return msg
+    client.get_iopub_msg = recording
+    try:
+        for _ in range(3):
+            cluster.run("pass")
+    finally:
+        client.get_iopub_msg = receive
+    assert states and set(states) == {"idle"}
