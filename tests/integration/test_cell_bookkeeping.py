@@ -91,3 +91,9 @@ def test_workers_send_idle_but_not_busy(cluster):
     finally:
         client.get_iopub_msg = receive
     assert states and set(states) == {"idle"}
+
+
+def test_the_kernels_logger_builds_no_records_it_would_not_show(cluster):
+    answers = cluster.query("import logging\nk = get_ipython().kernel.log\n"
+                            "print(k.isEnabledFor(logging.DEBUG), min(h.level for h in k.handlers) <= k.level)")
+    assert answers == ["False True\n"] * 2

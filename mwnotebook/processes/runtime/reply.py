@@ -22,6 +22,10 @@ every request's IOPub output until that request's ``idle`` (which ipykernel send
   ``busy`` status before each request (the notebook waits for ``idle`` only). With 32 workers on
   2 cores each IOPub message costs the notebook's event loop ~0.1-0.3 ms per worker and cell.
 
+And one of traitlets: the kernel's logger is at DEBUG while its only handler shows WARNING and up,
+so ipykernel's four ``log.debug`` calls per request each built a ``LogRecord`` that was then thrown
+away. The logger gets its handlers' level (what is shown stays the same).
+
 Installed by the set-up code every worker runs after it starts (``mwnotebook/engine/bootstrap.py``).
 """
 
@@ -115,6 +119,15 @@ def _idle_only(publish: Any) -> Any:
     return publish_status
 
 
+def _log_at_shown_level(logger: Any) -> None:
+    if not isinstance(logger, logging.Logger) or not logger.handlers or logger.propagate and logger.parent \
+            and logger.parent.handlers:
+        return
+    shown = min(handler.level for handler in logger.handlers)
+    if logger.level < shown:
+        logger.setLevel(shown)
+
+
 def install() -> None:
     """Patch this kernel (idempotent); call from code running in it."""
     output.patch_out_stream()
@@ -129,6 +142,7 @@ def install() -> None:
         kernel._execute_sleep = 0.0
     if hasattr(kernel, "_publish_execute_input"):
         kernel._publish_execute_input = _no_echo
+    _log_at_shown_level(getattr(kernel, "log", None))
     status = getattr(kernel, "_publish_status", None)
     if status is not None and not getattr(status, "_mw_idle_only", False):
         kernel._publish_status = _idle_only(status)
