@@ -6,7 +6,8 @@ with N workers each no-op cell brings 3N messages: profiled in the notebook's ev
 (``benchmarks/noop_breakdown.py``, 32 workers), date parsing alone was ~11 % of its time and
 ``Session.deserialize`` ~20 %. :class:`WorkerClient` receives straight from the socket and checks
 the signature exactly as the Jupyter message protocol asks (HMAC over the four packed parts,
-no replayed signature), but leaves the dates as the strings they arrived as.
+no replayed signature), but leaves the dates as the strings they arrived as. All of them share one
+ZMQ context (:func:`shared_context`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import hmac
 from typing import Any
 
+import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.session import Session
 
@@ -38,8 +40,28 @@ def parse(session: Session, frames: list[bytes]) -> dict[str, Any]:
             "content": session.unpack(frames[4]), "buffers": [memoryview(b) for b in frames[5:]]}
 
 
+_context: zmq.asyncio.Context | None = None
+
+
+def shared_context() -> zmq.asyncio.Context:
+    """One ZMQ context for every worker connection of this process.
+
+    jupyter_client gives each client a context of its own, and each context runs an I/O thread:
+    32 workers meant 32 I/O threads in the notebook process, one woken for every message of its
+    worker, on a machine whose few cores the workers need. One context has one I/O thread.
+    """
+    global _context
+    if _context is None or _context.closed:
+        _context = zmq.asyncio.Context()
+    return _context
+
+
 class WorkerClient(AsyncKernelClient):
-    """An :class:`AsyncKernelClient` whose shell and IOPub messages are read by :func:`parse`."""
+    """An :class:`AsyncKernelClient` whose shell and IOPub messages are read by :func:`parse`, on
+    the process's :func:`shared_context` (never terminated by a client's ``stop_channels``)."""
+
+    def _context_default(self) -> zmq.asyncio.Context:
+        return shared_context()
 
     async def _receive(self, channel: Any, timeout: float | None) -> dict[str, Any]:
         socket = channel.socket

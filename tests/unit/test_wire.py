@@ -33,3 +33,12 @@ def test_a_forged_or_replayed_message_is_refused():
         parse(reader, frames)
     with pytest.raises(ValueError, match="unsigned"):
         parse(Session(key=b"secret"), [b"", *frames[1:]])
+
+
+def test_worker_clients_share_one_zmq_context_that_stopping_one_leaves_open():
+    from mwnotebook.engine.wire import WorkerClient
+
+    first, second = WorkerClient(), WorkerClient()
+    assert first.context is second.context
+    first.stop_channels()
+    assert not second.context.closed
