@@ -12,9 +12,13 @@ from mwnotebook.config.worker_env import recipe_code
 PRELOAD_CODE = "import tensorflow as _mw_tf  # preloaded by mwnotebook\n"
 
 
-#: Installs the hold on replaced objects (see mwnotebook/worker/_lifetime.py). A remote host without
-#: mwnotebook installed still works, without that protection.
+#: Installs the hold on replaced objects (see mwnotebook/worker/_lifetime.py) and the per-cell answers
+#: in each execute_reply's metadata (mwnotebook/processes/runtime/reply.py). A remote host without
+#: mwnotebook installed (or with an older one) still works: without the protection, or answering
+#: through user expressions.
 LIFETIME_CODE = ("try:\n    import mwnotebook.worker._lifetime as _mwl\n    _mwl.install()\n    del _mwl\n"
+                 "except ImportError:\n    pass\n"
+                 "try:\n    import mwnotebook.processes.runtime.reply as _mwr\n    _mwr.install()\n    del _mwr\n"
                  "except ImportError:\n    pass\n")
 
 #: Run silently on every worker once a cell has ended on all of them.
@@ -23,7 +27,8 @@ RELEASE_CODE = ("try:\n    import mwnotebook.worker._lifetime as _mwl\n    _mwl.
 
 
 #: Evaluated by each worker after every cell (an execute request's user_expressions): "True" when
-#: replaced objects must be freed between cells (see mwnotebook/worker/_lifetime.py).
+#: replaced objects must be freed between cells (see mwnotebook/worker/_lifetime.py). Workers that
+#: answer in their reply's metadata are not asked (mwnotebook/engine/connection.py).
 SETTLE_EXPRESSION = "__import__('mwnotebook.worker._lifetime', fromlist=['settle']).settle()"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -155,10 +155,12 @@ class CellRun:
             (d := diagnose(f.ename, f.evalue)) is not None and d.needs_restart for f in failures)
         return CellVerdict(self.result, trigger, failures, spoiled, stacks)
 
-    def _collect(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]]) -> bool:
-        """Record finished outcomes; True if any of them failed."""
+    def _collect(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]],
+                 indexes: Sequence[int] | None = None) -> bool:
+        """Record finished outcomes (of ``indexes``, default all); True if any of them failed."""
         failed = False
-        for index, task in tasks.items():
+        for index in tasks if indexes is None else indexes:
+            task = tasks[index]
             if not task.done() or self.result.outcomes[index] is not None:
                 continue
             try:
@@ -190,26 +192,51 @@ class CellRun:
 
     async def _wait(self, tasks: dict[int, asyncio.Task[ExecutionOutcome]],
                     deadline: float | None) -> Trigger | None:
+        """Until every worker is done, or a fault: each finished task is looked at once, and the
+        processes' liveness every LIVENESS_POLL_SECONDS (not at every finished task: that was
+        N x N checks per cell)."""
+        loop = asyncio.get_running_loop()
+        finished: list[int] = []
+        wakeup: list[asyncio.Future[None]] = [loop.create_future()]
+
+        def on_done(index: int) -> None:
+            finished.append(index)
+            if not wakeup[0].done():
+                wakeup[0].set_result(None)
+
+        def watcher(index: int) -> Callable[[asyncio.Task[ExecutionOutcome]], None]:
+            return lambda _task: on_done(index)
+
+        for index, task in tasks.items():
+            task.add_done_callback(watcher(index))
         abort_wait: asyncio.Future[Any] = asyncio.ensure_future(self.abort.wait())
+        remaining = len(tasks)
+        checked_at = time.monotonic()
         try:
             while True:
-                if self._collect(tasks):
+                wakeup[0] = loop.create_future()
+                batch, finished[:] = list(finished), []
+                remaining -= len(batch)
+                if self._collect(tasks, batch):
                     return "failure"
-                pending = [t for t in tasks.values() if not t.done()]
-                if not pending:
+                if remaining <= 0:
                     return None
-                if await self._find_dead():
-                    return "died"
+                now = time.monotonic()
+                if now - checked_at >= LIVENESS_POLL_SECONDS:
+                    checked_at = now
+                    if await self._find_dead():
+                        return "died"
                 if self.abort.is_set():
                     return "interrupted"
-                wait = LIVENESS_POLL_SECONDS
+                wait = LIVENESS_POLL_SECONDS - (now - checked_at)
                 if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    left = deadline - now
+                    if left <= 0:
                         return "timeout"
-                    wait = min(wait, remaining)
-                waiting: list[asyncio.Future[Any]] = [*pending, abort_wait]
-                await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                    wait = min(wait, left)
+                if not finished:
+                    await asyncio.wait([wakeup[0], abort_wait], timeout=max(wait, 0.0),
+                                       return_when=asyncio.FIRST_COMPLETED)
         finally:
             abort_wait.cancel()
 

@@ -18,10 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.connect import KernelConnectionInfo
 
+from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
 from mwnotebook.engine.late_output import LateOrigin, LateOutput
+from mwnotebook.engine.wire import WorkerClient
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle
 from mwnotebook.launchers.capabilities import HasLogTail
@@ -66,6 +67,10 @@ REPLY_AFTER_IDLE_SECONDS = 10.0
 #: The user expression through which a worker reports how much it wrote (mwnotebook/processes/runtime/output.py).
 OUTPUT_COUNT_KEY = "_mw_output_written"
 OUTPUT_COUNT_EXPRESSION = "__import__('mwnotebook.processes.runtime.output', fromlist=['written']).written()"
+#: Where a worker with mwnotebook/processes/runtime/reply.py puts those answers instead: its
+#: execute_reply's ``metadata[REPLY_METADATA_KEY]``, one field per expression it replaces.
+REPLY_METADATA_KEY = "mwnotebook"
+REPLY_METADATA_FIELDS = {OUTPUT_COUNT_EXPRESSION: "written", SETTLE_EXPRESSION: "settle"}
 
 
 def output_log_dir() -> str:
@@ -75,12 +80,21 @@ def output_log_dir() -> str:
     return path
 
 
+def _as_expression(value: Any) -> dict[str, Any]:
+    """A value from reply metadata, in the shape of an evaluated user expression."""
+    if value is None:
+        return {"status": "error", "ename": "Missing", "evalue": "not in the reply's metadata"}
+    return {"status": "ok", "data": {"text/plain": repr(value)}, "metadata": {}}
+
+
 class _OutputTally:
-    """Counts the stream characters that arrived for one request, and appends them to the log."""
+    """Counts the stream characters that arrived for one request, and appends them to the log
+    (opened at the first stream message: most requests write nothing)."""
 
     def __init__(self, log_path: str | None) -> None:
         self.received: dict[str, int] = {}
-        self._file = open(log_path, "a", encoding="utf-8") if log_path else None
+        self._log_path = log_path
+        self._file: Any = None
 
     def add(self, msg: dict[str, Any]) -> None:
         if msg["msg_type"] != "stream":
@@ -88,7 +102,9 @@ class _OutputTally:
         name = msg["content"].get("name", "stdout")
         text = msg["content"].get("text", "")
         self.received[name] = self.received.get(name, 0) + len(text)
-        if self._file is not None:
+        if self._log_path:
+            if self._file is None:
+                self._file = open(self._log_path, "a", encoding="utf-8")
             self._file.write(text)
 
     def lost(self, expression: dict[str, Any] | None) -> dict[str, int]:
@@ -99,8 +115,10 @@ class _OutputTally:
             written = ast.literal_eval(expression.get("data", {}).get("text/plain", "{}"))
         except (ValueError, SyntaxError):
             return {}
+        if not isinstance(written, dict):
+            return {}
         return {name: count - self.received.get(name, 0) for name, count in written.items()
-                if count > self.received.get(name, 0)}
+                if isinstance(count, int) and count > self.received.get(name, 0)}
 
     def close(self) -> None:
         if self._file is not None:
@@ -116,13 +134,16 @@ class Worker:
     index in :func:`output_log_dir`).
     """
 
+    #: The worker answers the per-cell questions in its reply's metadata (learnt from a reply).
+    answers_in_metadata = False
+
     def __init__(self, handle: KernelHandle, env: dict[str, str], late: LateOutput | None = None, *,
-                 client: AsyncKernelClient | None = None, output_log: str | None = None) -> None:
+                 client: WorkerClient | None = None, output_log: str | None = None) -> None:
         self.handle = handle
         self.env = env
         self._init_iopub_routing(late)
         if client is None:
-            client = AsyncKernelClient()
+            client = WorkerClient()
             client.load_connection_info(cast(KernelConnectionInfo, handle.connection_info))
         self.client = client
         # One request at a time: concurrent readers of the same ZMQ sockets would steal each
@@ -204,8 +225,12 @@ class Worker:
         started = time.monotonic()
         if not silent:
             user_expressions = {**user_expressions, OUTPUT_COUNT_KEY: OUTPUT_COUNT_EXPRESSION}
+        # Asked through the reply's metadata, not evaluated as expressions (see reply.py in processes/runtime).
+        from_metadata = {name: REPLY_METADATA_FIELDS[code_] for name, code_ in user_expressions.items()
+                         if self.answers_in_metadata and code_ in REPLY_METADATA_FIELDS}
+        asked = {name: code_ for name, code_ in user_expressions.items() if name not in from_metadata}
         msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
-                                     stop_on_error=False, user_expressions=user_expressions)
+                                     stop_on_error=False, user_expressions=asked)
         self._remember_origin(msg_id, silent)
         tally = _OutputTally(self.output_log if not silent else None)
         idle: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -245,6 +270,11 @@ class Worker:
                 output_complete=complete, log_path=self.output_log)
         content = reply["content"]
         expressions = dict(content.get("user_expressions") or {})
+        answers = (reply.get("metadata") or {}).get(REPLY_METADATA_KEY)
+        if isinstance(answers, dict):
+            self.answers_in_metadata = True
+            for name, key in from_metadata.items():
+                expressions[name] = _as_expression(answers.get(key))
         lost = tally.lost(expressions.pop(OUTPUT_COUNT_KEY, None))
         if lost or not complete:
             log.warning("worker %d: output lost %s (idle seen: %s); the worker's own count is the truth",

@@ -41,20 +41,23 @@ def install() -> None:
 
 
 def settle() -> bool:
-    """At the end of a cell (the cluster asks through the execute request's user_expressions, so
-    it costs no extra round trip): True when a :func:`release` between cells is needed.
+    """At the end of a cell (answered in the execute_reply's metadata, see
+    mwnotebook/processes/runtime/reply.py, or as a user expression; no extra round trip either way):
+    True when a :func:`release` between cells is needed.
 
     A cell that replaced nothing (the hold only references objects the namespace still has), or a
     worker without TensorFlow, needs none: the hold is dropped here at once.
     """
     if not _held:
         return False
+    if "tensorflow" not in sys.modules:
+        _held.clear()
+        return False
     from IPython import get_ipython
 
     shell = get_ipython()
     current = {id(v) for v in shell.user_ns.values()} if shell is not None else set()
-    replaced = any(id(v) not in current for snapshot in _held for v in snapshot)
-    if replaced and "tensorflow" in sys.modules:
+    if any(id(v) not in current for snapshot in _held for v in snapshot):
         return True
     _held.clear()
     return False

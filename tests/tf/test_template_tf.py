@@ -75,6 +75,13 @@ def test_template_never_starts_the_tensorflow_runtime(forked_cluster, seed_code)
     assert template.ready_info()["context_created"] is False  # also at the time it said it was ready
 
 
+def test_forked_workers_inherit_the_templates_objects_frozen(forked_cluster):
+    # The template froze what it loaded (gc.freeze): a worker's collections never scan those
+    # ~350,000 objects, which stay shared with the template (processes/worker_template.py).
+    answers = forked_cluster.query("import gc\nprint(gc.get_freeze_count() > 100_000, len(gc.get_objects()) < 50_000)")
+    assert answers == ["True True\n", "True True\n"]
+
+
 def test_the_context_check_detects_a_created_context():
     """The check used above fails where it should: in a process that ran one TensorFlow op."""
     code = ("import tensorflow as tf\nfrom mwnotebook.processes.worker_template import status\n"

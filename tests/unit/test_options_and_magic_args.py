@@ -84,3 +84,17 @@ def test_worker_env_sets_what_the_seed_sets():
 def test_equal_specs_share_a_cluster_and_different_ones_do_not():
     assert spec_of("--workers 2 --cpu") == spec_of("--cpu --workers 2")
     assert spec_of("--workers 2 --cpu") != spec_of("--workers 3 --cpu")
+
+
+def test_a_magic_line_is_parsed_once_and_handed_out_as_copies():
+    from IPython.core.error import UsageError
+
+    from mwnotebook.frontend.notebook import magics
+
+    first = magics._parse_mwtrain_line("--workers 3 --cpu --env A=1")
+    first.workers = 99  # a caller changing its copy changes nothing for the next cell
+    again = magics._parse_mwtrain_line("--workers 3 --cpu --env A=1")
+    assert again.workers == 3 and again.env == [("A", "1")] and again is not first
+    for _ in range(2):  # a bad line is refused every time, not remembered
+        with pytest.raises(UsageError):
+            magics._parse_mwtrain_line("--workers 0")

@@ -66,3 +66,55 @@ def test_complete_output_is_complete(tmp_path):
     client = FakeClient([_stream("a\n"), _stream("b\n"), idle], {"stdout": 4})
     outcome = asyncio.run(_worker(client, tmp_path).execute("x", seen.append))
     assert outcome.output_complete and not outcome.lost_chars and len(seen) == 2
+
+
+class MetadataClient(FakeClient):
+    """A worker with mwnotebook/processes/runtime/reply.py: it answers in the reply's metadata."""
+
+    def __init__(self, written: dict[str, int], settle: bool) -> None:
+        super().__init__([], written)
+        self.asked: list[dict[str, str]] = []
+        self._settle = settle
+
+    def execute(self, code: str, **kwargs: Any) -> str:
+        msg_id = f"m{len(self.asked)}"
+        self.asked.append(dict(kwargs.get("user_expressions") or {}))
+        self._iopub.put_nowait({"msg_type": "status", "content": {"execution_state": "idle"},
+                                "parent_header": {"msg_id": msg_id}})
+        answers = {} if kwargs.get("silent") else {"written": self._written, "settle": self._settle}
+        self._shell.put_nowait({"msg_type": "execute_reply", "parent_header": {"msg_id": msg_id},
+                                "metadata": {connection.REPLY_METADATA_KEY: answers},
+                                "content": {"status": "ok", "user_expressions": {}}})
+        return msg_id
+
+
+def test_a_worker_answering_in_its_reply_metadata_is_asked_no_expressions(tmp_path):
+    from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
+
+    client = MetadataClient({"stdout": 3}, settle=True)
+    worker = _worker(client, tmp_path)
+
+    async def cells() -> list[connection.ExecutionOutcome]:
+        await worker.execute("setup", lambda m: None, silent=True)  # as the cluster's set-up does
+        return [await worker.execute("x", lambda m: None, user_expressions={"settle": SETTLE_EXPRESSION})
+                for _ in range(2)]
+
+    outcomes = asyncio.run(asyncio.wait_for(cells(), 5))
+    assert client.asked[1:] == [{}, {}]  # after the set-up's reply, nothing is evaluated per cell
+    for outcome in outcomes:
+        assert outcome.expression("settle") == "True"
+        assert outcome.lost_chars == {"stdout": 3}  # the count from the metadata is still checked
+
+
+def test_a_worker_without_reply_metadata_keeps_being_asked(tmp_path, monkeypatch):
+    monkeypatch.setattr(connection, "DRAIN_QUIET_SECONDS", 0.3)  # this fake sends no idle
+    from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
+
+    client = FakeClient([], {"stdout": 0})
+    worker = _worker(client, tmp_path)
+    asked: list[Any] = []
+    execute = client.execute
+    client.execute = lambda code, **kw: (asked.append(kw.get("user_expressions")), execute(code, **kw))[1]  # type: ignore[method-assign]
+    asyncio.run(asyncio.wait_for(worker.execute("x", lambda m: None, user_expressions={"settle": SETTLE_EXPRESSION}),
+                                 5))
+    assert set(asked[0]) == {"settle", OUTPUT_COUNT_KEY}

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -124,6 +125,9 @@ class WorkerTemplate:
         self._hello: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         self._ready: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         self._closed = False
+        #: time.monotonic() when started, and when TensorFlow was imported (benchmarks read them).
+        self.started_at = time.monotonic()
+        self.ready_at: float | None = None
         self._reader = threading.Thread(target=self._read, name="mwnotebook-template-reader", daemon=True)
         self._reader.start()
 
@@ -165,6 +169,7 @@ class WorkerTemplate:
         elif event == "hello":
             self._hello.set_result(message)
         elif event == "ready":
+            self.ready_at = time.monotonic()
             self._ready.set_result(message)
             if message.get("context_created"):
                 log.error("worker template %d created a TensorFlow context before forking", self.pid)

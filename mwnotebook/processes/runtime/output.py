@@ -31,7 +31,8 @@ def _count(msg_id: str, stream: str, chars: int) -> None:
     per[stream] = per.get(stream, 0) + chars
 
 
-def _patch_out_stream() -> None:
+def patch_out_stream() -> None:
+    """Count what each request writes per stream (idempotent; works in a running kernel too)."""
     from ipykernel.iostream import OutStream
 
     if getattr(OutStream.write, "mwnotebook_counted", False):
@@ -74,7 +75,7 @@ def _patch_iopub_high_water_mark() -> None:
 
 def install() -> None:
     _patch_iopub_high_water_mark()
-    _patch_out_stream()
+    patch_out_stream()
 
 
 def written() -> dict[str, int]:
@@ -84,5 +85,9 @@ def written() -> dict[str, int]:
     shell = get_ipython()
     kernel = getattr(shell, "kernel", None)
     parent = kernel.get_parent() if kernel is not None else {}
-    msg_id = (parent or {}).get("header", {}).get("msg_id", "")
+    return written_for((parent or {}).get("header", {}).get("msg_id", ""))
+
+
+def written_for(msg_id: str) -> dict[str, int]:
+    """Characters written to each stream so far by request ``msg_id``."""
     return dict(_counts.get(msg_id, {}))
