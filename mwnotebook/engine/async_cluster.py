@@ -74,7 +74,6 @@ class AsyncCluster:
         self._states: list[str] = ["stopped"] * max(self.spec.workers, self._cell_count)
         self._abort: asyncio.Event | None = None
         self._running = False
-        self._emit: EventSink = _ignore
         self._start_task: asyncio.Future[None] | None = None
         self._release_task: asyncio.Future[None] | None = None
         self._cell_code: str | None = None
@@ -134,25 +133,25 @@ class AsyncCluster:
             await asyncio.gather(asyncio.shield(self._start_task), return_exceptions=True)
 
     async def _start(self, on_event: EventSink | None) -> None:
-        self._emit = on_event or _ignore
+        emit = on_event or _ignore
         if self._launcher is None:
             self._launcher = make_launcher(self.spec)
         try:
             self._addresses = await self._launcher.tf_addresses(len(layout_of(self.spec).training_tasks()))
             self._envs = worker_envs(self.spec, self._addresses)
             await self._start_servers()
-            self._workers = await self._start_workers()
+            self._workers = await self._start_workers(emit)
         except BaseException:
             await self._close_launcher()
             raise
-        finally:
-            self._emit = _ignore
 
-    async def _start_workers(self) -> list[Worker]:
+    async def _start_workers(self, emit: EventSink) -> list[Worker]:
+        """Start, connect and set up a worker per task; ``emit`` hears their state changes (the
+        sink of whoever asked: a start, a restart, a cell's run)."""
         assert self._launcher is not None
         launcher = self._launcher
         for i in range(self._cell_count):
-            self._set_state(i, "starting")
+            self._set_state(i, "starting", emit)
         started = await asyncio.gather(*(launcher.start(i, env) for i, env in enumerate(self._envs)),
                                        return_exceptions=True)
         workers = [Worker(h, env, self.late_output) for h, env in zip(started, self._envs)
@@ -170,10 +169,10 @@ class AsyncCluster:
         except BaseException:
             await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
             for i in range(self._cell_count):
-                self._set_state(i, "stopped")
+                self._set_state(i, "stopped", emit)
             raise
         for w in workers:
-            self._set_state(w.index, "idle")
+            self._set_state(w.index, "idle", emit)
         return workers
 
     async def _run_setup(self, workers: list[Worker]) -> None:
@@ -192,15 +191,11 @@ class AsyncCluster:
         """Replace every worker process with a fresh one (same TF_CONFIGs). Variables are lost."""
         if not self._workers:
             raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
-        self._emit = on_event or self._emit
         await self._drop_release()
-        try:
-            await asyncio.gather(*(w.kill() for w in self._workers), return_exceptions=True)
-            self._workers = []
-            await self._start_servers()
-            self._workers = await self._start_workers()
-        finally:
-            self._emit = _ignore
+        await asyncio.gather(*(w.kill() for w in self._workers), return_exceptions=True)
+        self._workers = []
+        await self._start_servers()
+        self._workers = await self._start_workers(on_event or _ignore)
 
     async def restart_in_background(self) -> None:
         """Kill every worker now and start fresh ones without waiting for them.
@@ -212,9 +207,9 @@ class AsyncCluster:
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
 
-        async def start_fresh() -> None:
+        async def start_fresh() -> None:  # after the failed cell's output ended: nobody to tell
             await self._start_servers()
-            self._workers = await self._start_workers()
+            self._workers = await self._start_workers(_ignore)
 
         task = asyncio.ensure_future(start_fresh())
         task.add_done_callback(self._start_finished)
@@ -358,17 +353,20 @@ class AsyncCluster:
             raise ClusterStateError("a cell is already running on this cluster")
         if self._servers is not None and self._servers.lost_ps is not None:
             log.warning("a parameter server was lost between cells: restarting the whole cluster")
-            await self.restart()
+            await self.restart(on_event)
         self._running = True
         self._cell_code = code
-        self._emit = on_event or _ignore
+        emit = on_event or _ignore
+
+        def observe(event: Event) -> None:
+            self._observe(event, emit)
         self._abort = asyncio.Event()
         verdict: CellVerdict | None = None
         abort = self._abort
         try:
             outcome = await run_with_restarts(
                 lambda sink: CellRun(self._workers, code, timeout, abort, sink).run(),
-                lambda: self._replace_workers(fresh_setup), self._observe, restarts, host_wait=self.restart_host_wait,
+                lambda: self._replace_workers(fresh_setup, emit), observe, restarts, host_wait=self.restart_host_wait,
                 aborted=abort.is_set)
             verdict = outcome.verdict
             lost_ps = self._servers.lost_ps if self._servers is not None else None
@@ -396,13 +394,12 @@ class AsyncCluster:
                 self._release_task = asyncio.ensure_future(self._release(list(self._workers)))
             self._running = False
             self._abort = None
-            self._emit = _ignore
 
-    async def _replace_workers(self, setup: str | None = None) -> None:
+    async def _replace_workers(self, setup: str | None, emit: EventSink) -> None:
         """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs."""
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
-        self._workers = await self._start_workers()
+        self._workers = await self._start_workers(emit)
         if setup:
             outcomes = await asyncio.gather(*(w.execute(setup, lambda _m: None, silent=True) for w in self._workers))
             failed = [w.index for w, o in zip(self._workers, outcomes) if o.status != "ok"]
@@ -421,14 +418,15 @@ class AsyncCluster:
                 log.debug("worker %d did not release", worker.index, exc_info=True)
         await asyncio.gather(*(release(w) for w in workers))
 
-    def _set_state(self, index: int, state: WorkerState, error: str = "") -> None:
-        self._observe(WorkerStateChanged(worker=index, state=state, error=error))
+    def _set_state(self, index: int, state: WorkerState, emit: EventSink, error: str = "") -> None:
+        self._observe(WorkerStateChanged(worker=index, state=state, error=error), emit)
 
-    def _observe(self, event: Event) -> None:
-        """Every event of the cluster passes here: worker states are kept, then the observer is told."""
+    def _observe(self, event: Event, emit: EventSink) -> None:
+        """Every event of the cluster passes here: worker states are kept, then ``emit`` (the sink of
+        the operation the event belongs to, handed down, never kept on the cluster) is told."""
         if isinstance(event, WorkerStateChanged):
             self._states[event.worker] = event.state
         try:
-            self._emit(event)
+            emit(event)
         except Exception:  # a broken observer must not break the run
             log.exception("event observer failed on %r", event)
