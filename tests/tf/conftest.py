@@ -7,9 +7,11 @@ import pathlib
 
 import pytest
 
-pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install -e '.[tensorflow-cpu]'")
+from .._shared.modules import require
 
-from mwnotebook import Cluster
+require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
+
+from mwnotebook import Cluster  # noqa: E402 (after the optional-import check)
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
