@@ -13,7 +13,7 @@ import pytest
 from mwnotebook import Cluster, ClusterTimeoutError, WorkerDiedError, WorkerError
 from mwnotebook.frontend.text.relay import TextRelay
 
-from ..conftest import wait_for_no_workers, worker_processes
+from ..conftest import alive_workers, wait_for_no_workers, worker_processes
 
 pytestmark = pytest.mark.integration
 
@@ -180,11 +180,21 @@ def test_ctrl_c_interrupts_every_worker_and_the_next_cell_runs(cluster):
 
 
 def test_stop_during_a_background_start_leaves_nothing():
+    """The stop comes while the start is provably under way: worker processes exist but the cluster
+    is not started yet (a kernel takes about a second from its process to its first answer)."""
     before = {p.pid for p in worker_processes()}
     c = Cluster(workers=2)
     c.start_background()
-    time.sleep(0.3)  # launches under way
+    launched: set[int] = set()
+    deadline = time.monotonic() + 60  # hang bound only: the launch normally shows within a second
+    while not launched and time.monotonic() < deadline:
+        launched = {p.pid for p in worker_processes()} - before
+        time.sleep(0.02)
+    assert launched, "no worker process appeared within 60 s of start_background()"
+    assert not c.started, "the start was already over: this test must stop a start under way"
     c.stop()
+    assert not c.started
+    assert not alive_workers(launched), f"launched workers left alive: {sorted(alive_workers(launched))}"
     assert {p.pid for p in worker_processes()} == before
 
 
