@@ -111,7 +111,10 @@ def _bars(stdout: str) -> list[tuple[int, bool, dict[str, float]]]:
     """Every progress-bar state printed: (batches done, final line of the epoch?, values shown)."""
     bars = []
     for segment in re.split(r"[\r\n\b]+", stdout):
-        segment = segment.split("TRUTH ")[0]
+        # A TensorFlow log line can land in the middle of a bar's line: on a loaded machine Keras
+        # warns that a callback is slow, and in an exec'd worker TensorFlow's Python logger writes
+        # to stdout (it picks stdout when it is imported in an interactive shell).
+        segment = segment.split("TRUTH ")[0].split("WARNING:tensorflow:")[0]
         match = BAR.match(segment)
         if match:
             values = {k: float(v) for k, v in VALUE.findall(match.group(4))}
