@@ -19,6 +19,9 @@ WORKER_MODULES = ("mwnotebook.processes.worker_kernel",)
 #: Every process mwnotebook starts: worker kernels, namespace holders, worker templates.
 MW_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.netns_holder",
               "mwnotebook.processes.worker_template")
+#: What one cluster starts and must end when it stops. A worker template is not one cluster's: it
+#: serves every cluster of its process and ends with that process.
+CLUSTER_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.netns_holder")
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -62,7 +65,7 @@ class OrphanScan:
     workers, as ``Cluster.status()`` reports them): excluded at the start and at the end.
     """
 
-    def __init__(self, keep: Iterable[int] = (), modules: tuple[str, ...] = MW_MODULES) -> None:
+    def __init__(self, keep: Iterable[int] = (), modules: tuple[str, ...] = CLUSTER_MODULES) -> None:
         become_subreaper()
         self.modules = modules
         self.before = mw_tree(modules) - set(keep)
