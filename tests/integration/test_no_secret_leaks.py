@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +30,12 @@ def test_signing_key_stays_secret(caplog):
                              on_event=lambda e: outputs.append(repr(e)))
         with pytest.raises(WorkerError) as info:
             cluster.run("raise RuntimeError('boom')", on_event=lambda e: outputs.append(repr(e)))
+        # The workers' own log files too (their output logs), not only this process's log records.
+        worker_logs = [Path(path).read_text() for path in result.log_paths]
+        assert len(worker_logs) == 2 and all("MWNOTEBOOK_WORKER_INDEX" in text for text in worker_logs), \
+            result.log_paths  # the files that hold what the workers printed
         texts = [str(info.value), "\n".join(info.value._render_traceback_()), *outputs,
-                 result.stdout(0), result.stdout(1), caplog.text]
+                 result.stdout(0), result.stdout(1), caplog.text, *worker_logs]
         texts += [" ".join(p.cmdline()) for p in worker_processes()]
         for key in keys:
             assert not any(key in text for text in texts)
