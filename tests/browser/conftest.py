@@ -124,9 +124,7 @@ def stop_lab(server: Lab) -> None:
     _stop_tree(server.process, server)
 
 
-# One JupyterLab for the whole session: each test opens its own notebook in its own page, and the
-# server is asked to stop its kernels at the end (starting a server costs ~10-20 s per module).
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     if CHROMIUM is None or not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium ({CHROMIUM or 'chromium is not on PATH'}): apt-get install -y chromium, "
@@ -154,10 +152,6 @@ def page(lab: Lab):
             yield page
         finally:
             browser.close()
-            # The server is shared by the session: the notebook kernels this test started (and so
-            # their workers, which die with them) end with the test.
-            for kernel in lab.api("/api/kernels") or []:  # type: ignore[union-attr]
-                lab.api(f"/api/kernels/{kernel['id']}", method="DELETE")  # type: ignore[index]
 
 
 @pytest.fixture
