@@ -4,14 +4,15 @@
 
 Three phases, measured one after the other in this process through the Python API the magic uses:
 the template's start until ready (its one ``import tensorflow``), starting 2 workers forked from it,
-and the seed cell on them. Prints seconds; the seed's exact lines are checked.
+and the seed cell on them. Prints seconds (the seed's exact lines are checked) and writes
+benchmarks/results/first_cell_breakdown.json.
 """
 
 from __future__ import annotations
 
 import time
 
-from _common import SEED_CODE, SEED_LINE
+from _common import SEED_CODE, SEED_LINE, write_result
 
 from mwnotebook import Cluster
 from mwnotebook.engine.loop import background_loop
@@ -37,6 +38,9 @@ def main() -> None:
         cluster.stop()
     print(f"template ready {template_ready:.2f} s | 2 workers forked and ready {workers_ready:.2f} s | "
           f"seed cell {seed_cell:.2f} s | cell total {workers_ready + seed_cell:.2f} s")
+    path = write_result("first_cell_breakdown", {"template_ready_s": template_ready, "workers_ready_s": workers_ready,
+                                                 "seed_cell_s": seed_cell})
+    print(f"written to {path}")
 
 
 if __name__ == "__main__":

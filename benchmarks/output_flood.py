@@ -4,6 +4,9 @@ side by side in one run. Reports seconds, lines received (negative: no idle stat
 plain client gave up after 10 s of silence, which is included in its time) and the ratio.
 
     python benchmarks/output_flood.py --lines 20000 --repeat 3
+    python benchmarks/output_flood.py --lines 20000 --repeat 10 --cluster-only   # the full 10-run flood
+
+Writes benchmarks/results/output_flood.json.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import statistics
 import time
 
+from _common import write_result
 from jupyter_client.manager import AsyncKernelManager
 
 CODE = "for i in range({n}):\n    print(i, flush=True)\n"
@@ -73,13 +77,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lines", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cluster-only", action="store_true", help="skip the plain-kernel comparison")
     args = parser.parse_args()
-    plain_s, plain_counts = asyncio.run(plain(args.lines, args.repeat))
+    plain_s, plain_counts = ([], []) if args.cluster_only else asyncio.run(plain(args.lines, args.repeat))
     mw_s, mw_counts = through_cluster(args.lines, args.repeat)
-    p, m = statistics.median(plain_s), statistics.median(mw_s)
-    print(f"plain kernels: median {p:.2f} s {plain_s} lines {plain_counts}")
-    print(f"Cluster.run:   median {m:.2f} s {mw_s} lines {mw_counts}")
-    print(f"ratio Cluster.run / plain = {m / p:.2f}")
+    m = statistics.median(mw_s)
+    complete = sum(c == [args.lines, args.lines] for c in mw_counts)
+    print(f"Cluster.run:   median {m:.2f} s {mw_s} lines {mw_counts}; {complete}/{args.repeat} runs complete")
+    payload: dict = {"lines": args.lines, "repeat": args.repeat, "cluster_seconds": mw_s, "cluster_lines": mw_counts,
+                     "cluster_complete_runs": complete}
+    if plain_s:
+        p = statistics.median(plain_s)
+        print(f"plain kernels: median {p:.2f} s {plain_s} lines {plain_counts}")
+        print(f"ratio Cluster.run / plain = {m / p:.2f}")
+        payload.update(plain_seconds=plain_s, plain_lines=plain_counts, ratio=m / p)
+    print(f"written to {write_result('output_flood', payload)}")
 
 
 if __name__ == "__main__":

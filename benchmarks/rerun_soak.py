@@ -5,7 +5,9 @@ timeout, and count identical results, hangs (timeout) and aborts (any other fail
     python benchmarks/rerun_soak.py --cell fit --count 200
 
 ``MWNOTEBOOK_COLLECTIVE_KEY_SPACING=0`` in the environment turns the workers' fresh-key-base
-patch off (the state before mwnotebook/processes/runtime/collective_keys.py), to measure the failure rate without it.
+patch off (the state before mwnotebook/processes/runtime/collective_keys.py), to measure the failure rate without it. Writes
+benchmarks/results/rerun_soak_<cell>.json (or ``--out``). The suite's smaller CI counts and their
+arithmetic are in tests/reliability/test_rerun_soak.py.
 """
 
 from __future__ import annotations
@@ -77,6 +79,10 @@ def main() -> None:
     print(text)
     if args.out:
         pathlib.Path(args.out).write_text(text + "\n")
+    else:
+        from _common import write_result
+
+        print(f"written to {write_result(f'rerun_soak_{args.cell}', result)}")
     sys.exit(0 if result["counts"].get("ok") == args.count else 1)
 
 

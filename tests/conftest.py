@@ -7,16 +7,13 @@ import time
 import psutil
 import pytest
 
-WORKER_MODULES = ("mwnotebook.processes.worker_kernel",)
+# The CI rule that every skip fails (when MWNOTEBOOK_NO_SKIPS=1): hooks, imported to be found here.
+from ._shared.no_skips import pytest_make_collect_report, pytest_runtest_makereport
+from ._shared.processes import WORKER_MODULES, alive_workers, is_worker
 
-
-def is_worker(proc: psutil.Process, modules: tuple[str, ...] = WORKER_MODULES) -> bool:
-    """A live (not zombie) process running one of mwnotebook's ``modules``."""
-    try:
-        cmd = proc.cmdline()
-        return any(m in cmd for m in modules) and proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+# The process helpers are imported from here by the tiers' conftests.
+__all__ = ["WORKER_MODULES", "alive_workers", "is_worker", "pytest_make_collect_report",
+           "pytest_runtest_makereport"]
 
 
 def worker_processes() -> list[psutil.Process]:
@@ -25,18 +22,6 @@ def worker_processes() -> list[psutil.Process]:
     Other test runs on the same machine have workers of their own; those are not ours to count.
     """
     return [p for p in psutil.Process().children(recursive=True) if is_worker(p)]
-
-
-def alive_workers(pids: set[int], modules: tuple[str, ...] = WORKER_MODULES) -> set[int]:
-    """Those of ``pids`` that are still live mwnotebook processes, wherever they were reparented."""
-    alive = set()
-    for pid in pids:
-        try:
-            if is_worker(psutil.Process(pid), modules):
-                alive.add(pid)
-        except psutil.NoSuchProcess:
-            continue
-    return alive
 
 
 def wait_for_no_workers(pids: set[int], timeout: float = 10.0) -> set[int]:

@@ -10,9 +10,11 @@ import argparse
 import pathlib
 import re
 import sys
+import tempfile
 import time
 
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -26,8 +28,13 @@ def main() -> int:
     args = parser.parse_args()
     nb = nbformat.read(args.notebook, as_version=4)
     started = time.monotonic()
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT)}}).execute()
+    # The headless notebook kernel talks to this process only: over local (ipc) sockets in a private
+    # directory, not TCP, so ipykernel has no "running over TCP without encryption" warning to print
+    # before the result.
+    with tempfile.TemporaryDirectory(prefix="mwnotebook-seed-") as sockets:
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=str(pathlib.Path(sockets) / "kernel"))
+        NotebookClient(nb, km=km, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(ROOT)}}).execute()
     elapsed = time.monotonic() - started
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, args.out)

@@ -4,14 +4,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every binary a test uses, with the Debian package that has it. A missing one is installed here,
+# so that on CI (MWNOTEBOOK_NO_SKIPS=1, set by .ci/run) no tier can skip for want of a tool.
 need_apt=()
-command -v chromium >/dev/null || need_apt+=(chromium)
-command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
-command -v ip >/dev/null || need_apt+=(iproute2)
-command -v unshare >/dev/null || need_apt+=(util-linux)
+have() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+need() {  # need PACKAGE BINARY...: install PACKAGE unless every BINARY is there
+  local pkg=$1; shift
+  for bin in "$@"; do
+    if ! have "$bin"; then need_apt+=("$pkg"); return; fi
+  done
+}
+need chromium chromium                                  # tests/browser (headless, via Playwright)
+need openssh-server sshd                                # tests/remote test hosts
+need openssh-client ssh ssh-keygen                      # tests/remote, tests/slurm login node
+need iproute2 ip                                        # network namespaces for test hosts
+need util-linux unshare nsenter                         # private namespaces of workers
 # A real Slurm for tests/slurm (munged, slurmctld, slurmd; started by the tests themselves, no systemd)
-command -v slurmctld >/dev/null || [ -x /usr/sbin/slurmctld ] || need_apt+=(slurm-wlm)
-command -v munged >/dev/null || [ -x /usr/sbin/munged ] || need_apt+=(munge)
+need slurm-wlm salloc srun sbatch squeue scancel scontrol sinfo slurmctld slurmd
+need munge munged
+need nodejs node                                        # widgets built with npm at pip install time
+need npm npm
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
@@ -19,6 +31,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
   fi
 fi
+for bin in chromium sshd ssh ssh-keygen ip unshare nsenter salloc srun sbatch squeue scancel scontrol sinfo \
+           slurmctld slurmd munged node npm; do
+  have "$bin" || { echo "tools/test.sh: $bin is still missing after the install above" >&2; exit 1; }
+done
 
 python3 -m pip install -q -e '.[tensorflow-cpu,test]'
 # Static checks first (a few seconds): lint, then types (configured in pyproject.toml).

@@ -24,7 +24,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-CHROMIUM = os.environ.get("MWNOTEBOOK_CHROMIUM", "/usr/bin/chromium")
+from .._shared.modules import require
+
+#: The browser: $MWNOTEBOOK_CHROMIUM, else the first ``chromium`` / ``chromium-browser`` on PATH
+#: (Debian and Ubuntu name the binary differently); None when there is none.
+CHROMIUM = os.environ.get("MWNOTEBOOK_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 REPO = Path(__file__).resolve().parents[2]
@@ -122,10 +126,11 @@ def stop_lab(server: Lab) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
-    pytest.importorskip("playwright.sync_api")
-    pytest.importorskip("jupyterlab")
+    if CHROMIUM is None or not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium ({CHROMIUM or 'chromium is not on PATH'}): apt-get install -y chromium, "
+                    "or set MWNOTEBOOK_CHROMIUM to the browser's path")
+    require("playwright.sync_api", "pip install -e '.[test]'")
+    require("jupyterlab", "pip install -e '.[test]'")
     try:
         server = start_lab(tmp_path_factory.mktemp("lab"))
     except RuntimeError as exc:

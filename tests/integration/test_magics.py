@@ -71,13 +71,13 @@ def test_stop_ends_the_workers(shell, capsys):
 
 
 def test_background_start_returns_at_once_and_the_next_cell_uses_it(shell, capsys):
-    import time
 
     shell.run_line_magic("mwcluster", "stop")
-    started = time.monotonic()
     shell.run_line_magic("mwcluster", "start --workers 2 --preload")
-    returned_after = time.monotonic() - started
-    assert returned_after < 0.5, returned_after
+    # "At once" is checked by state, not by a stopwatch: the magic returned while the start was
+    # still under way (a start takes seconds: kernels to launch and answer).
+    cluster = shell.magics_manager.registry["MWMagics"].session.cluster
+    assert cluster is not None and not cluster.started
     assert "in the background" in capsys.readouterr().out
     shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "print('warm')")
     pids = {p.pid for p in worker_processes()}

@@ -22,11 +22,13 @@ from typing import Any
 import psutil
 import pytest
 
-pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install -e '.[tensorflow-cpu]'")
+from .._shared.modules import require
 
-from mwnotebook.shared.events import WorkerStateChanged
+require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
 
-from ..conftest import alive_workers, is_worker
+from mwnotebook.shared.events import WorkerStateChanged  # noqa: E402 (after the optional-import check)
+
+from ..conftest import alive_workers, is_worker  # noqa: E402 (after the optional-import check)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

@@ -88,7 +88,7 @@ def test_6_sigkill_of_the_notebook_kernel(notebook_factory, tmp_path):
     record("6 SIGKILL of the notebook kernel", limit_s=5, failed_s=gone_s, orphans=len(left),
            note=f"failed s = last of {len(pids)} mwnotebook processes gone")
     assert not left, f"{sorted(left)} survived the notebook kernel by {gone_s:.1f} s"
-    assert gone_s < 5
+    assert gone_s < 5  # a detection time the fault scenarios set (the reliability table's limit column): a hang bound
 
 
 @pytest.mark.slow

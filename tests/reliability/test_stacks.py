@@ -19,6 +19,9 @@ from .conftest import record
 
 pytestmark = [pytest.mark.reliability, pytest.mark.tf]
 
+#: Seconds until the hung cell times out (and its error gets the stacks of that moment).
+HANG_TIMEOUT_S = 15
+
 HUNG = '''import os, time
 import tensorflow as tf
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -60,6 +63,8 @@ def test_stacks_of_a_hung_cell(no_orphans):
 
 def _run(cluster: Cluster, errors: list[BaseException]) -> None:
     try:
-        cluster.run(HUNG, timeout=30)
+        # The timeout only has to outlast the moment the stacks explain the hang (both workers past
+        # building the strategy: a few seconds on forked workers), so the test does not wait out more.
+        cluster.run(HUNG, timeout=HANG_TIMEOUT_S)
     except BaseException as exc:
         errors.append(exc)

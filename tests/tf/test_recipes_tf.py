@@ -7,7 +7,9 @@ import time
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+from .._shared.modules import require
+
+tf = require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
 
 from mwnotebook import profiling, recipes  # noqa: E402
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("tensorflow")
+from .._shared.modules import require
 
-from mwnotebook import Cluster, ClusterRunError
+require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
+
+from mwnotebook import Cluster, ClusterRunError  # noqa: E402 (after the optional-import check)
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

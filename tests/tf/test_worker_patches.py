@@ -54,3 +54,32 @@ def test_exec_workers_patch_at_the_first_import(no_orphans):
         state = _state(cluster.run(CELL, timeout=120), 0)
     assert state.pop("before") == {"tensorflow": False, "tf_keras.src.engine.training": False, "tqdm.notebook": False}
     assert state == PATCHED
+
+
+#: A ``fit`` with no mwnotebook callback in the cell: the live-curves patch adds it.
+FIT_NO_CALLBACK = r'''
+import numpy as np
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rng = np.random.default_rng(0)
+x = rng.normal(size=(256, 4)).astype("float32")
+y = (x[:, :1] > 0).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Input(shape=(4,)), tf.keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+history = model.fit(ds, epochs=2, steps_per_epoch=5, verbose=0)
+'''
+
+
+def test_a_fit_without_a_callback_sends_live_curves_from_every_worker(any_cluster):
+    """The behaviour behind the ``live_curves`` marker, on forked and on exec'd workers: metrics
+    records arrive from both workers while ``fit`` runs, one per batch (2 epochs x 5 steps)."""
+    from mwnotebook.shared.events import WorkerMetrics
+
+    got: list[WorkerMetrics] = []
+    any_cluster.run(FIT_NO_CALLBACK, on_event=lambda e: isinstance(e, WorkerMetrics) and got.append(e), timeout=300)
+    for w in range(2):
+        batches = [r for m in got if m.worker == w for r in m.records if r.get("kind") == "batch"]
+        assert len(batches) == 10, (w, batches[:3])
+        assert all("loss" in r or "global_loss" in r for r in batches), batches[:3]

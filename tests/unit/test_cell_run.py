@@ -30,6 +30,8 @@ from mwnotebook.errors import (
 )
 from mwnotebook.shared.events import WorkerOutput, WorkerStateChanged
 
+from .._shared.iopub import stream as _stream
+
 
 def error_reply(ename: str, evalue: str, frames: int = 3) -> dict[str, Any]:
     tb = ["\x1b[0;31m------\x1b[0m", f"\x1b[0;31m{ename}\x1b[0m  Traceback (most recent call last)"]
@@ -45,7 +47,7 @@ LOST_PEER = error_reply("UnavailableError", "Collective ops is aborted by: faile
 
 
 def stream(text: str) -> dict[str, Any]:
-    return {"msg_type": "stream", "parent_header": {"msg_id": "x"}, "content": {"name": "stdout", "text": text}}
+    return _stream(text, parent="x")
 
 
 @dataclass

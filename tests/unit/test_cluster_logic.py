@@ -56,6 +56,8 @@ def test_failed_start_kills_started_workers_and_closes_the_launcher():
     cluster = AsyncCluster(workers=2, launcher=launcher)
     with pytest.raises(ClusterStartError, match="no such interpreter"):
         asyncio.run(cluster.start())
+    # Worker 0 started before worker 1 failed: exactly that one handle, and it was killed.
+    assert [h.index for h in launcher.handles] == [0]
     assert all(h.killed for h in launcher.handles)
     assert launcher.closed
     assert not cluster.started

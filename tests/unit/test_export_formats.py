@@ -1,6 +1,7 @@
 """``--export DIR --format slurm|tfjob``: the generated files, the Slurm TF_CONFIG launcher's pure
-parts with recorded Slurm variables, and the TFJob manifest checked against a schema of the
-Kubeflow TFJob v1 API (kubeflow.org/v1; no Kubernetes cluster is available here to apply it).
+parts with recorded Slurm variables, and the TFJob manifest checked against Kubeflow's own TFJob v1
+API definition (the Training Operator's SDK models, strictly: tests/_shared/kubeflow_models.py; no
+Kubernetes cluster is available here to apply it).
 Running the exported Slurm job on a real Slurm is in tests/slurm/test_slurm_export.py."""
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import ast
 import json
 
-import jsonschema
 import pytest
 import yaml
 
@@ -17,78 +17,9 @@ from mwnotebook.errors import ConfigError
 from mwnotebook.export.formats import export_format, sbatch_lines
 from mwnotebook.processes.shipped import slurm_tf_config as stc
 
+from .._shared.kubeflow_models import ManifestError, validate
+
 CELL = "import os\nprint(os.environ['TF_CONFIG'])\n"
-
-# -- the TFJob v1 API, as far as the manifest uses it: unknown fields are errors (a typo would be
-# silently dropped by a lenient client, and the job would run without it).
-_ENV_VAR = {"type": "object", "required": ["name"], "additionalProperties": False,
-            "properties": {"name": {"type": "string", "pattern": "^[-._a-zA-Z][-._a-zA-Z0-9]*$"},
-                           "value": {"type": "string"}, "valueFrom": {"type": "object"}}}
-_QUANTITIES = {"type": "object", "additionalProperties": {"type": ["string", "integer"]}}
-_CONTAINER = {
-    "type": "object", "required": ["name"], "additionalProperties": False,
-    "properties": {
-        "name": {"type": "string"}, "image": {"type": "string", "minLength": 1},
-        "command": {"type": "array", "items": {"type": "string"}},
-        "args": {"type": "array", "items": {"type": "string"}},
-        "env": {"type": "array", "items": _ENV_VAR},
-        "resources": {"type": "object", "additionalProperties": False,
-                      "properties": {"limits": _QUANTITIES, "requests": _QUANTITIES}},
-        "volumeMounts": {"type": "array", "items": {
-            "type": "object", "required": ["name", "mountPath"], "additionalProperties": False,
-            "properties": {"name": {"type": "string"}, "mountPath": {"type": "string"},
-                           "readOnly": {"type": "boolean"}}}},
-        "workingDir": {"type": "string"}, "ports": {"type": "array"},
-    },
-}
-_REPLICA_SPEC = {
-    "type": "object", "required": ["template"], "additionalProperties": False,
-    "properties": {
-        "replicas": {"type": "integer", "minimum": 0},
-        "restartPolicy": {"enum": ["Always", "OnFailure", "Never", "ExitCode"]},
-        "template": {"type": "object", "required": ["spec"], "additionalProperties": False, "properties": {
-            "metadata": {"type": "object"},
-            "spec": {"type": "object", "required": ["containers"], "properties": {
-                # The training operator finds the TensorFlow container by its name, "tensorflow".
-                "containers": {"type": "array", "minItems": 1, "items": _CONTAINER,
-                               "contains": {"properties": {"name": {"const": "tensorflow"}}}},
-                "volumes": {"type": "array", "items": {
-                    "type": "object", "required": ["name"],
-                    "properties": {"name": {"type": "string"},
-                                   "configMap": {"type": "object", "required": ["name"]}}}},
-            }},
-        }},
-    },
-}
-_NAME = {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}
-TFJOB_SCHEMA = {
-    "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"], "additionalProperties": False,
-    "properties": {
-        "apiVersion": {"const": "kubeflow.org/v1"}, "kind": {"const": "TFJob"},
-        "metadata": {"type": "object", "required": ["name"], "properties": {
-            "name": _NAME, "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}},
-        "spec": {"type": "object", "required": ["tfReplicaSpecs"], "additionalProperties": False, "properties": {
-            "runPolicy": {"type": "object", "additionalProperties": False, "properties": {
-                "cleanPodPolicy": {"enum": ["All", "Running", "None"]},
-                "ttlSecondsAfterFinished": {"type": "integer", "minimum": 0},
-                "activeDeadlineSeconds": {"type": "integer", "minimum": 0},
-                "backoffLimit": {"type": "integer", "minimum": 0},
-                "schedulingPolicy": {"type": "object"}, "suspend": {"type": "boolean"}}},
-            "successPolicy": {"enum": ["", "AllWorkers"]},
-            "enableDynamicWorker": {"type": "boolean"},
-            "tfReplicaSpecs": {"type": "object", "minProperties": 1, "additionalProperties": False,
-                               "properties": {k: _REPLICA_SPEC for k in
-                                              ("PS", "Worker", "Chief", "Master", "Evaluator")}},
-        }},
-    },
-}
-CONFIGMAP_SCHEMA = {
-    "type": "object", "required": ["apiVersion", "kind", "metadata", "data"],
-    "properties": {"apiVersion": {"const": "v1"}, "kind": {"const": "ConfigMap"},
-                   "metadata": {"type": "object", "required": ["name"], "properties": {"name": _NAME}},
-                   "data": {"type": "object", "additionalProperties": {"type": "string"}}},
-}
-
 
 def _documents(path) -> list[dict]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
@@ -97,13 +28,16 @@ def _documents(path) -> list[dict]:
 def test_tfjob_manifest_matches_the_v1_schema(tmp_path) -> None:
     job = export_format(CELL, tmp_path, ClusterSpec(workers=3, gpus_per_worker=1), "tfjob")
     config_map, tfjob = _documents(tmp_path / "tfjob.yaml")
-    jsonschema.validate(config_map, CONFIGMAP_SCHEMA)
-    jsonschema.validate(tfjob, TFJOB_SCHEMA)
+    validate(config_map, "V1ConfigMap")
+    validate(tfjob, "KubeflowOrgV1TFJob")
+    # What the operator requires beyond the types: its API group, and the container it runs.
+    assert (tfjob["apiVersion"], tfjob["kind"], config_map["apiVersion"]) == ("kubeflow.org/v1", "TFJob", "v1")
     worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
     assert worker["replicas"] == 3
     pod = worker["template"]["spec"]
     assert pod["volumes"][0]["configMap"]["name"] == config_map["metadata"]["name"]
     (container,) = pod["containers"]
+    assert container["name"] == "tensorflow"  # the name the TFJob operator looks for
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
     # The ConfigMap carries the same script as train.py; the operator sets TF_CONFIG, not us.
     assert config_map["data"]["train.py"] == (tmp_path / "train.py").read_text()
@@ -112,20 +46,20 @@ def test_tfjob_manifest_matches_the_v1_schema(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].__setitem__("replicas", "3"), "'3' is not of type"),
-    (lambda j: j["spec"]["tfReplicaSpecs"].__setitem__("worker", j["spec"]["tfReplicaSpecs"].pop("Worker")),
-     "Additional properties"),
-    (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-     .__setitem__("name", "main"), "does not contain"),
+    (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].__setitem__("replicas", "3"), "expected int, got '3'"),
+    (lambda j: j["spec"].__setitem__("tfReplicaSpec", j["spec"].pop("tfReplicaSpecs")), r"unknown field\(s\) \['tfReplicaSpec'\]"),
+    (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].pop("name"),
+     "Invalid value for `name`, must not be `None`"),
     (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
-     .append({"name": "X", "value": 1}), "1 is not of type 'string'"),
+     .append({"name": "X", "value": 1}), "expected str, got 1"),
 ])
 def test_the_schema_catches_broken_manifests(tmp_path, mutate, message) -> None:
     export_format(CELL, tmp_path, ClusterSpec(workers=2, cpu=True), "tfjob")
     tfjob = _documents(tmp_path / "tfjob.yaml")[1]
+    validate(tfjob)
     mutate(tfjob)
-    with pytest.raises(jsonschema.ValidationError, match=message):
-        jsonschema.validate(tfjob, TFJOB_SCHEMA)
+    with pytest.raises(ManifestError, match=message):
+        validate(tfjob)
 
 
 def test_slurm_batch_job_files(tmp_path) -> None:

@@ -7,9 +7,7 @@ import io
 from mwnotebook.engine.late_output import LateOrigin, LateOutput
 from mwnotebook.frontend.text.relay import TextRelay
 
-
-def _stream(text: str) -> dict:
-    return {"msg_type": "stream", "content": {"name": "stdout", "text": text}}
+from .._shared.iopub import stream as _stream
 
 
 def test_late_output_is_capped_per_worker_and_cell_and_says_it_was_cut():

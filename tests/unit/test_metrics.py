@@ -16,6 +16,8 @@ from mwnotebook.shared.metrics import (
     records_to_dataframe,
 )
 
+from .._shared.modules import require
+
 
 def test_nonfinite_values_round_trip_through_json_safe_strings():
     for value in (1.5, math.inf, -math.inf):
@@ -110,7 +112,7 @@ def test_downsample_rejects_tiny_limits():
 
 
 def test_dataframe_has_worker_and_step_first_and_real_nans():
-    pd = pytest.importorskip("pandas")
+    pd = require("pandas", "pip install pandas")
     frame = records_to_dataframe([{"loss": "NaN", "step": 0, "worker": 1}, {"loss": 0.5, "step": 1, "worker": 0}])
     assert list(frame.columns[:2]) == ["worker", "step"]
     assert frame["loss"].isna().tolist() == [True, False]

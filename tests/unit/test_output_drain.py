@@ -13,6 +13,9 @@ from typing import Any
 import mwnotebook.engine.connection as connection
 from mwnotebook.engine.connection import OUTPUT_COUNT_KEY, Worker
 
+from .._shared.iopub import status
+from .._shared.iopub import stream as _stream
+
 
 class FakeClient:
     def __init__(self, iopub: list[dict[str, Any]], written: dict[str, int]) -> None:
@@ -41,8 +44,6 @@ def _worker(client: FakeClient, tmp_path) -> Worker:
     return Worker(handle, {}, client=client, output_log=str(tmp_path / "worker-0.log"))  # type: ignore[arg-type]
 
 
-def _stream(text: str) -> dict[str, Any]:
-    return {"msg_type": "stream", "content": {"name": "stdout", "text": text}}
 
 
 def test_lost_idle_ends_the_run_after_a_quiet_drain(tmp_path, monkeypatch):
@@ -54,14 +55,14 @@ def test_lost_idle_ends_the_run_after_a_quiet_drain(tmp_path, monkeypatch):
 
 
 def test_lines_the_worker_wrote_but_never_arrived_are_reported(tmp_path):
-    idle = {"msg_type": "status", "content": {"execution_state": "idle"}}
+    idle = status("idle")
     client = FakeClient([_stream("a\n"), idle], {"stdout": 6})
     outcome = asyncio.run(_worker(client, tmp_path).execute("x", lambda m: None))
     assert outcome.lost_chars == {"stdout": 4} and outcome.output_complete is False
 
 
 def test_complete_output_is_complete(tmp_path):
-    idle = {"msg_type": "status", "content": {"execution_state": "idle"}}
+    idle = status("idle")
     seen: list[dict[str, Any]] = []
     client = FakeClient([_stream("a\n"), _stream("b\n"), idle], {"stdout": 4})
     outcome = asyncio.run(_worker(client, tmp_path).execute("x", seen.append))

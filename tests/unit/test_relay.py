@@ -6,9 +6,7 @@ from mwnotebook.engine.iopub_events import events_from_iopub
 from mwnotebook.frontend.text.relay import LineLabeller, TextRelay
 from mwnotebook.shared.events import METRICS_MIME, WorkerMetrics, WorkerOutput
 
-
-def stream(worker_text, name="stdout"):
-    return {"msg_type": "stream", "content": {"name": name, "text": worker_text}}
+from .._shared.iopub import stream
 
 
 def test_stream_becomes_output_event():
