@@ -126,6 +126,7 @@ class MetricsStore:
         self._local: dict[tuple[int, str], _Series] = {}
         self._global: dict[str, _Series] = {}
         self._global_source: dict[str, int] = {}
+        self._epoch: dict[tuple[int, str], _Series] = {}  # worker -1: global
 
     def add(self, worker: int, records: Iterable[Mapping[str, Any]]) -> int:
         """Keep ``records`` from ``worker``; returns how many were added."""
@@ -135,6 +136,9 @@ class MetricsStore:
             record["worker"] = worker
             self._records.append(record)
             count += 1
+            if record.get("kind") == "epoch":
+                self._add_epoch(worker, record)
+                continue
             if not is_step_record(record):
                 continue
             step = as_float(record.get("step"))
@@ -151,6 +155,33 @@ class MetricsStore:
                 else:
                     self._local.setdefault((worker, key), _Series()).append(step, y)
         return count
+
+    def _add_epoch(self, worker: int, record: Mapping[str, Any]) -> None:
+        """Epoch summaries, x = the epoch's number from 1 (Keras counts from 0)."""
+        epoch = as_float(record.get("epoch"))
+        if epoch is None:
+            return
+        for key, value in record.items():
+            y = as_float(value)
+            if key in META_KEYS or y is None:
+                continue
+            if key.startswith(GLOBAL_PREFIX):
+                source = self._global_source.setdefault("epoch:" + key, worker)
+                if worker == source:
+                    self._epoch.setdefault((-1, key), _Series()).append(epoch + 1, y)
+            else:
+                self._epoch.setdefault((worker, key), _Series()).append(epoch + 1, y)
+
+    def epoch_metric_names(self) -> list[str]:
+        """Metric names (local and ``global_*``) seen in epoch summaries."""
+        return sorted({k for (_w, k) in self._epoch})
+
+    def epoch_series(self, worker: int | None, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(epoch from 1, value) of ``metric`` in the epoch summaries of ``worker`` (None: the global
+        value, ``metric`` without its prefix)."""
+        key = (worker, metric) if worker is not None else (-1, global_key(metric))
+        series = self._epoch.get(key)
+        return series.arrays() if series else (np.empty(0), np.empty(0))
 
     def _add_global(self, key: str, worker: int, step: float, y: float) -> None:
         source = self._global_source.setdefault(key, worker)

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from mwnotebook.frontend.chart.panels import ChartPanel
 from mwnotebook.frontend.chart.series import ChartSeries, chart_series
 from mwnotebook.shared.metrics import MetricsStore
 
@@ -32,6 +33,32 @@ def figure_dict(series: Sequence[ChartSeries], title: str, metric: str) -> dict[
                                 "xaxis": {"gridcolor": "#EBF0F8", "zeroline": False},
                                 "yaxis": {"gridcolor": "#EBF0F8", "zeroline": False}}},
     }
+    return {"data": data, "layout": layout}
+
+
+def panels_figure_dict(panels: Sequence[ChartPanel], title: str) -> dict[str, Any]:
+    """Every panel as a subplot, stacked, sharing one legend (a legend click hides a worker in every
+    panel). One panel: :func:`figure_dict` exactly."""
+    if len(panels) == 1:
+        figure = figure_dict(panels[0].series, title, panels[0].metric)
+        figure["layout"]["xaxis"]["title"]["text"] = panels[0].axis
+        return figure
+    n, gap = len(panels), 0.06
+    data: list[dict[str, Any]] = []
+    layout = figure_dict([], title, "")["layout"]
+    layout["height"] = 260 * n + 90
+    for i, panel in enumerate(panels):
+        suffix = "" if i == 0 else str(i + 1)
+        top = 1 - i / n
+        layout[f"xaxis{suffix}"] = {"title": {"text": panel.axis}, "anchor": f"y{suffix}",
+                                    "domain": [0, 1], "gridcolor": "#EBF0F8"}
+        layout[f"yaxis{suffix}"] = {"title": {"text": panel.metric}, "anchor": f"x{suffix}",
+                                    "domain": [top - 1 / n + gap, top], "gridcolor": "#EBF0F8"}
+        for index, trace in enumerate(figure_dict(panel.series, title, panel.metric)["data"]):
+            trace.update(xaxis=f"x{suffix}", yaxis=f"y{suffix}", legendgroup=f"series{index}",
+                         showlegend=i == 0)
+            data.append(trace)
+    layout["legend"] = {"orientation": "h", "y": -0.4 / n}
     return {"data": data, "layout": layout}
 
 

@@ -1,0 +1,208 @@
+"""What the live widget is sent: only the points that are new since the last update, a few per line.
+
+One panel per metric: step panels (what ``mw.report`` and Keras' batch logs send, x = step) and
+epoch panels (metrics only seen at epoch ends, such as ``val_loss``, x = epoch). Each panel has a
+line per worker (its local value) and the global line (series index ``num_workers``, taken from
+the first worker that reported it, like :class:`~mwnotebook.shared.metrics.MetricsStore`).
+
+Cost and size: workers can report thousands of steps a second, but an update carries at most
+:func:`points_per_update` points per line: when more came, they are averaged in equal groups (a
+NaN/inf in a group makes that point a gap). One update is a small JSON header plus one float32
+buffer (x values then y values of each chunk), a few hundred bytes to ~2 kB for 8 workers.
+Every point stays in the store as data; the browser keeps at most ~2,000 points per line
+(``js/src/store.js`` halves a longer line).
+
+The first updates of a widget are *key frames* (everything so far, which is little at that
+time): custom messages that reach the page before the widget's JavaScript is loaded are dropped,
+and a running cell cannot hear from the page that it is ready.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mwnotebook.shared.metrics import GLOBAL_PREFIX, META_KEYS, as_float
+
+#: Float32 values (x and y) of all lines together in one update, about 1.2 kB.
+UPDATE_FLOATS = 300
+#: Points per line kept for key frames (halved beyond twice this, as the browser does).
+HISTORY_CAP = 1000
+
+_LR_NAMES = frozenset({"lr", "learning_rate"})
+
+
+@dataclass(frozen=True)
+class PanelInfo:
+    id: int
+    metric: str
+    axis: str  # "step" | "epoch"
+    note: str
+
+    def header(self) -> list[Any]:
+        return [self.id, self.metric, self.axis, self.note]
+
+
+def panel_note(metric: str, axis: str, kind: str) -> str:
+    if axis == "epoch":
+        return "one point per epoch (its end)"
+    if metric in _LR_NAMES:
+        return "learning rate"
+    if kind == "batch":
+        return "Keras' running mean over the epoch (restarts at each epoch mark)"
+    return ""
+
+
+class _Line:
+    """The live points of one line: new ones not sent yet, and a bounded history for key frames."""
+
+    __slots__ = ("new_x", "new_y", "hist_x", "hist_y")
+
+    def __init__(self) -> None:
+        self.new_x: list[float] = []
+        self.new_y: list[float] = []
+        self.hist_x: list[float] = []
+        self.hist_y: list[float] = []
+
+    def take(self, limit: int) -> tuple[list[float], list[float]]:
+        xs, ys = self.new_x, self.new_y
+        self.new_x, self.new_y = [], []
+        if len(xs) > limit:  # equal groups, averaged (NaN stays NaN: a gap)
+            groups = np.array_split(np.arange(len(xs)), limit)
+            ax, ay = np.asarray(xs), np.asarray(ys)
+            with np.errstate(invalid="ignore"):
+                xs = [float(ax[g].mean()) for g in groups]
+                ys = [float(ay[g].mean()) for g in groups]
+        self.hist_x.extend(xs)
+        self.hist_y.extend(ys)
+        if len(self.hist_x) > 2 * HISTORY_CAP:
+            self._halve()
+        return xs, ys
+
+    def _halve(self) -> None:
+        n = len(self.hist_x) // 2 * 2
+        hx, hy = np.asarray(self.hist_x[:n]), np.asarray(self.hist_y[:n])
+        rest_x, rest_y = self.hist_x[n:], self.hist_y[n:]
+        self.hist_x = ((hx[0::2] + hx[1::2]) / 2).tolist() + rest_x
+        self.hist_y = ((hy[0::2] + hy[1::2]) / 2).tolist() + rest_y
+
+
+def points_per_update(lines: int) -> int:
+    return max(2, min(32, UPDATE_FLOATS // (2 * max(1, lines))))
+
+
+class LiveFeed:
+    """Collects records into per-panel lines and cuts them into small update messages."""
+
+    def __init__(self, num_workers: int) -> None:
+        self.num_workers = num_workers
+        self.panels: dict[tuple[str, str], PanelInfo] = {}
+        self._lines: dict[tuple[int, int], _Line] = {}
+        self._global_source: dict[str, int] = {}
+        self._epochs: dict[int, float] = {}
+        self._new_panels: list[PanelInfo] = []
+        self._new_epochs: list[tuple[float, int]] = []
+        self.note = ""
+        self._note_sent = False
+        self.names: list[str] = [f"worker {w}" for w in range(num_workers)] + ["global"]
+        self._names_sent = True
+        self.seq = 0
+
+    # -- input ---------------------------------------------------------------------------------
+    def add(self, worker: int, records: Iterable[Mapping[str, Any]]) -> None:
+        for record in records:
+            kind = record.get("kind", "step")
+            if kind == "epoch":
+                self._add_epoch(worker, record)
+                continue
+            step = as_float(record.get("step"))
+            if step is None:
+                continue
+            epoch = record.get("epoch")
+            if isinstance(epoch, int) and epoch not in self._epochs:
+                self._epochs[epoch] = step
+                self._new_epochs.append((step, epoch))
+            for key, value in record.items():
+                if key not in META_KEYS:
+                    self._point(worker, key, "step", kind, step, value)
+
+    def _add_epoch(self, worker: int, record: Mapping[str, Any]) -> None:
+        epoch = as_float(record.get("epoch"))
+        if epoch is None:
+            return
+        for key, value in record.items():
+            if key in META_KEYS:
+                continue
+            metric = key[len(GLOBAL_PREFIX):] if key.startswith(GLOBAL_PREFIX) else key
+            if (metric, "step") not in self.panels:  # the step panel already shows it
+                self._point(worker, key, "epoch", "epoch", epoch + 1, value)
+
+    def _point(self, worker: int, key: str, axis: str, kind: str, x: float, value: Any) -> None:
+        y = as_float(value)
+        if y is None:
+            return  # not a number: the worker said so in its output (mwnotebook/worker/_values.py)
+        if key.startswith(GLOBAL_PREFIX):
+            metric = key[len(GLOBAL_PREFIX):]
+            if self._global_source.setdefault(f"{axis}:{key}", worker) != worker:
+                return  # the same global value again, from another worker
+            index = self.num_workers
+        else:
+            metric, index = key, worker
+        panel = self.panels.get((metric, axis))
+        if panel is None:
+            panel = PanelInfo(len(self.panels), metric, axis, panel_note(metric, axis, kind))
+            self.panels[(metric, axis)] = panel
+            self._new_panels.append(panel)
+        line = self._lines.get((panel.id, index))
+        if line is None:
+            line = self._lines[(panel.id, index)] = _Line()
+        line.new_x.append(x)
+        line.new_y.append(y)
+        if not math.isfinite(y) and not self.note:
+            who = "the global value" if index == self.num_workers else f"worker {worker}"
+            self.note = (f"{who} reported {metric} = {y} at {axis} {x:g}: non-finite values are drawn "
+                         "as gaps, marked \u25b2")
+            self._note_sent = False
+
+    def set_names(self, names: list[str]) -> None:
+        if names != self.names:
+            self.names = list(names)
+            self._names_sent = False
+
+    # -- output --------------------------------------------------------------------------------
+    def message(self, key: bool = False) -> tuple[dict[str, Any], list[bytes]] | None:
+        """The next update (``None`` when nothing changed); ``key``: everything so far."""
+        has_new = any(line.new_x for line in self._lines.values())
+        if not key and not (has_new or self._new_panels or self._new_epochs or not self._note_sent
+                            or not self._names_sent):
+            return None
+        limit = points_per_update(len(self._lines))
+        chunks: list[list[int]] = []
+        floats: list[float] = []
+        for (panel, index), line in self._lines.items():
+            xs, ys = line.take(limit)
+            if key:
+                xs, ys = line.hist_x, line.hist_y
+            if xs:
+                chunks.append([panel, index, len(xs)])
+                floats.extend(xs)
+                floats.extend(ys)
+        content: dict[str, Any] = {"seq": self.seq, "key": key, "chunks": chunks}
+        panels = list(self.panels.values()) if key else self._new_panels
+        if panels:
+            content["panels"] = [p.header() for p in panels]
+        epochs = [(s, e) for e, s in self._epochs.items()] if key else self._new_epochs
+        if epochs:
+            content["epochs"] = [[s, e] for s, e in epochs]
+        if key or not self._names_sent:
+            content["names"] = self.names
+        if self.note and (key or not self._note_sent):
+            content["note"] = self.note
+        self._new_panels, self._new_epochs = [], []
+        self._note_sent = self._names_sent = True
+        self.seq += 1
+        return content, [np.asarray(floats, dtype=np.float32).tobytes()]
