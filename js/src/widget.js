@@ -180,11 +180,13 @@ class View {
   }
 }
 
-const stores = new WeakMap();
+// initialize() and render() get different proxies of one model: share its store by the chart's id.
+const stores = new Map();
 
 function storeOf(model) {
-  let store = stores.get(model);
-  if (!store) { store = new Store(); stores.set(model, store); }
+  const id = model.get("chart_id");
+  let store = stores.get(id);
+  if (!store) { store = new Store(); stores.set(id, store); }
   return store;
 }
 
@@ -192,6 +194,7 @@ export default {
   initialize({ model }) {
     const store = storeOf(model);
     model.on("msg:custom", (msg, buffers) => store.handle(msg, buffers));
+    return () => stores.delete(model.get("chart_id"));
   },
   render({ model, el }) {
     const view = new View(model, storeOf(model), el);

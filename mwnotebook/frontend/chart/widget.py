@@ -19,6 +19,7 @@ The bundle is built by ``hatch_build.py`` (``npm ci && npm run build`` in ``js/`
 from __future__ import annotations
 
 import logging
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ def _widget_class() -> Any:
             """One ``%%mwtrain`` cell's live curves (see the module docstring)."""
 
             _esm = BUNDLE
+            chart_id = traitlets.Unicode("").tag(sync=True)  # shares one store in the page (widget.js)
             title = traitlets.Unicode("").tag(sync=True)
             names = traitlets.List(traitlets.Unicode()).tag(sync=True)
             colours = traitlets.List(traitlets.Unicode()).tag(sync=True)
@@ -71,7 +73,7 @@ def _widget_class() -> Any:
 
 def new_widget(title: str, names: list[str], colours: list[str]) -> Any:
     """A new live chart widget (sends its ``comm_open`` to the front end now)."""
-    return _widget_class()(title=title, names=names, colours=colours)
+    return _widget_class()(chart_id=uuid.uuid4().hex, title=title, names=names, colours=colours)
 
 
 def widget_bundle(widget: Any, text: str) -> dict[str, Any]:
