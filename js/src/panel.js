@@ -76,7 +76,8 @@ export class Panel {
     };
     this.plot = new uPlot(opts, this.table(), this.chartBox);
     this.plot.over.addEventListener("dblclick", () => this.view.resetZoom(this.info.axis));
-    this.plot.over.addEventListener("mouseleave", () => this.view.showHover(null));
+    this.plot.over.addEventListener("mouseenter", () => { this.view.active = this; });
+    this.plot.over.addEventListener("mouseleave", () => { this.view.active = null; this.view.showHover(null); });
     this.applyZoom();
   }
 
@@ -118,6 +119,7 @@ export class Panel {
   // point before it (workers' points need not share x values).
   hover(u) {
     const idx = u.cursor.idx;
+    if (this.view.active !== this) return;  // a panel that only follows the synced cursor
     if (idx === null || idx === undefined || !this.data) return;
     const x = this.data[0][idx], rows = [];
     for (let s = 0; s < this.seriesCount(); s++) {
@@ -163,16 +165,18 @@ export class Panel {
     const x = this.plot.scales.x, y = this.plot.scales.y;
     const points = [];
     for (let s = 0; s < this.seriesCount(); s++) points.push((this.info.series.get(s) || {xs: []}).xs.length);
-    const last = [];
-    for (let s = 0; s < this.seriesCount(); s++) {
-      const col = this.data ? this.data[2 + 2 * s] : [];
+    // the last value of each line as given to uPlot (what is drawn), main and raw
+    const lastOf = (c) => {
+      const col = this.plot.data[c] || [];
       let i = col.length - 1;
       while (i >= 0 && (col[i] === undefined || col[i] === null)) i--;
-      last.push(i >= 0 ? col[i] : null);
-    }
+      return i >= 0 ? col[i] : null;
+    };
+    const last = [], lastRaw = [];
+    for (let s = 0; s < this.seriesCount(); s++) { last.push(lastOf(2 + 2 * s)); lastRaw.push(lastOf(1 + 2 * s)); }
     return {metric: this.info.metric, axis: this.info.axis, note: this.info.note, xMin: x.min, xMax: x.max,
             yMin: y.min, yMax: y.max, log: this.view.log, zoomed: !!this.view.zoomed(this.info.axis),
-            points, lastDrawn: last, nans: this.info.nans.length,
+            distr: y.distr, points, lastDrawn: last, lastRaw, nans: this.info.nans.length,
             shown: this.plot.series.slice(1).map((s) => s.show)};
   }
 }
