@@ -91,6 +91,38 @@ def downsample(
     return x[idx], y[idx]
 
 
+#: ``{key: (steps, values)}`` of a batch of step records, plain floats (see :func:`step_columns`).
+Columns = dict[str, tuple[list[float], list[float]]]
+
+
+_PLAIN_NUMBERS = (float, int)
+
+
+def step_columns(records: Sequence[Mapping[str, Any]]) -> Columns:
+    """The measured keys of step records as columns: for each key, the steps and float values of
+    the records that have a number for it (non-numbers left out, non-finite strings turned back)."""
+    if not records:
+        return {}
+    steps = [float(s) if type(s) in _PLAIN_NUMBERS else as_float(s) for s in [r.get("step") for r in records]]
+    keys = set().union(*records) - META_KEYS
+    columns: Columns = {}
+    for key in keys:
+        xs: list[float] = []
+        ys: list[float] = []
+        for step, record in zip(steps, records):
+            value = record.get(key)
+            if type(value) not in _PLAIN_NUMBERS:
+                value = as_float(value)
+                if value is None:
+                    continue
+            if step is not None:
+                xs.append(step)
+                ys.append(value)
+        if xs:
+            columns[key] = (xs, ys)
+    return columns
+
+
 class _Series:
     """Append-only x/y columns; growth is amortised O(1) (numpy buffer doubling)."""
 
@@ -108,6 +140,15 @@ class _Series:
         self._x[self.n] = x
         self._y[self.n] = y
         self.n += 1
+
+    def extend(self, xs: Sequence[float], ys: Sequence[float]) -> None:
+        n = len(xs)
+        while self.n + n > len(self._x):
+            self._x = np.concatenate([self._x, np.empty(len(self._x))])
+            self._y = np.concatenate([self._y, np.empty(len(self._y))])
+        self._x[self.n: self.n + n] = xs
+        self._y[self.n: self.n + n] = ys
+        self.n += n
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return self._x[: self.n].copy(), self._y[: self.n].copy()
@@ -130,31 +171,33 @@ class MetricsStore:
 
     def add(self, worker: int, records: Iterable[Mapping[str, Any]]) -> int:
         """Keep ``records`` from ``worker``; returns how many were added."""
-        count = 0
+        return len(self.add_batch(worker, records)[0])
+
+    def add_batch(self, worker: int, records: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], Columns]:
+        """Keep ``records`` from ``worker``; returns them (with ``worker``) and their step records'
+        columns (see :func:`step_columns`), which the live chart reuses. Works a column at a time:
+        a worker's batch holds hundreds of records of the same keys."""
+        rows = []
         for raw in records:
             record = dict(raw)
             record["worker"] = worker
-            self._records.append(record)
-            count += 1
-            if record.get("kind") == "epoch":
+            rows.append(record)
+        self._records.extend(rows)
+        steps = []
+        for record in rows:
+            kind = record.get("kind")
+            if kind == "epoch":
                 self._add_epoch(worker, record)
-                continue
-            if not is_step_record(record):
-                continue
-            step = as_float(record.get("step"))
-            if step is None:
-                continue
-            for key, value in record.items():
-                if key in META_KEYS:
-                    continue
-                y = as_float(value)
-                if y is None:
-                    continue
-                if key.startswith(GLOBAL_PREFIX):
-                    self._add_global(key, worker, step, y)
-                else:
-                    self._local.setdefault((worker, key), _Series()).append(step, y)
-        return count
+            elif kind is None or kind in ("step", "batch"):
+                steps.append(record)
+        columns = step_columns(steps)
+        for key, (xs, ys) in columns.items():
+            if key.startswith(GLOBAL_PREFIX):
+                if self._global_source.setdefault(key, worker) == worker:
+                    self._global.setdefault(key, _Series()).extend(xs, ys)
+            else:
+                self._local.setdefault((worker, key), _Series()).extend(xs, ys)
+        return rows, columns
 
     def _add_epoch(self, worker: int, record: Mapping[str, Any]) -> None:
         """Epoch summaries, x = the epoch's number from 1 (Keras counts from 0)."""

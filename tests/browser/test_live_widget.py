@@ -206,3 +206,63 @@ def test_live_widget_is_interactive_while_fit_runs_and_leaves_a_picture(server: 
               "interaction": seen_interaction, **budget}
     (artifacts_dir / f"widget_{tag}.json").write_text(json.dumps(result, indent=1))
     assert seen - opened < 10, result  # hang bound; the measured value is in the artifact
+
+
+FAST_CELL = '''%%mwtrain --workers 8 --cpu
+import os, time
+import mwnotebook.worker as mw
+
+w = int(os.environ["MWNOTEBOOK_WORKER_INDEX"])
+start, step = time.perf_counter(), 0
+while time.perf_counter() - start < 12:
+    for _ in range(50):  # ~1,000 reported steps a second per worker
+        loss = 1.0 / (1.0 + 1e-3 * step) + 0.02 * w
+        if w == 3 and 3000 <= step < 3100:
+            loss = float("nan")  # a diverging stretch: a gap with a mark, and one note
+        mw.report(step=step, loss=loss, accuracy=1.0 - loss / 2, global_loss=1.0 / (1.0 + 1e-3 * step))
+        if w == 0 and step == 500:
+            mw.report(step=step, lr="0.1")  # not a number: an error in worker 0's output, the cell goes on
+        step += 1
+    time.sleep(0.04)
+print("reported", step, "steps")
+'''
+
+
+def test_eight_fast_workers_small_updates_nan_gap_and_bad_value(lab: Lab, page, artifacts_dir):
+    frames = wp.Frames()
+    frames.attach(page)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("%load_ext mwnotebook", FAST_CELL)]
+    nbformat.write(nb, lab.root / "fast.ipynb")
+    page.goto(lab.notebook_url("fast.ipynb"))
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    wp.run_cell(page, 0)
+    page.wait_for_function("() => /[0-9]/.test(document.querySelectorAll('.jp-Cell .jp-InputPrompt')[0].textContent)",
+                           timeout=90_000)
+    wp.run_cell(page, 1, retry_s=60.0)
+    started = time.time()
+    st = wp.wait_state(page, 1, lambda s: s["panels"] and wp.panel(s, "loss")["nans"] > 0, 300, "the NaN gap")
+    wp.screenshot(page, 1, artifacts_dir / "widget_lab_8_workers_nan.png")
+    assert st["note"].startswith("worker 3 reported loss = nan at step "), st["note"]
+    assert "gaps" in st["note"]
+    most = 0
+    deadline = time.monotonic() + 300
+    while not wp.cell_done(page, 1) and time.monotonic() < deadline:
+        st = wp.state(page, 1) or st
+        most = max([most] + [n for p in st["panels"] for n in p["points"]])
+        time.sleep(0.3)
+    ended = time.time()
+    assert wp.cell_done(page, 1)
+    text = wp.cell_text(page, 1)
+    assert text.count("reported") == 8, text[-3000:]
+    assert "[worker 0]" in text and "lr='0.1' is not a number" in text, text[-3000:]
+    assert {p["metric"] for p in st["panels"]} == {"loss", "accuracy"}, "lr='0.1' makes no panel"
+    assert len(wp.panel(st, "loss")["points"]) == 9, "8 workers and the global line"
+    assert 0 < most <= 2000, f"the page keeps a bounded view ({most} points in a line)"
+    budget = frames.budget(started, ended)
+    (artifacts_dir / "widget_lab_8_workers.json").write_text(json.dumps({**budget, "most_points_in_a_line": most},
+                                                                        indent=1))
+    assert budget["first_message_bytes"] <= 100_000, budget
+    assert budget["median_update_bytes"] <= 2_000, budget
+    assert budget["largest_frame_bytes_during_run"] <= 200_000, budget

@@ -20,13 +20,13 @@ and a running cell cannot hear from the page that it is ready.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mwnotebook.shared.metrics import GLOBAL_PREFIX, META_KEYS, as_float
+from mwnotebook.shared.metrics import GLOBAL_PREFIX, META_KEYS, Columns, as_float, step_columns
 
 #: Float32 values (x and y) of all lines together in one update, about 1.2 kB.
 UPDATE_FLOATS = 300
@@ -72,11 +72,11 @@ class _Line:
         xs, ys = self.new_x, self.new_y
         self.new_x, self.new_y = [], []
         if len(xs) > limit:  # equal groups, averaged (NaN stays NaN: a gap)
-            groups = np.array_split(np.arange(len(xs)), limit)
-            ax, ay = np.asarray(xs), np.asarray(ys)
+            starts = np.linspace(0, len(xs), limit + 1).astype(np.int64)
+            counts = np.diff(starts)
             with np.errstate(invalid="ignore"):
-                xs = [float(ax[g].mean()) for g in groups]
-                ys = [float(ay[g].mean()) for g in groups]
+                xs = (np.add.reduceat(np.asarray(xs), starts[:-1]) / counts).tolist()
+                ys = (np.add.reduceat(np.asarray(ys), starts[:-1]) / counts).tolist()
         self.hist_x.extend(xs)
         self.hist_y.extend(ys)
         if len(self.hist_x) > 2 * HISTORY_CAP:
@@ -114,37 +114,37 @@ class LiveFeed:
 
     # -- input ---------------------------------------------------------------------------------
     def add(self, worker: int, records: Iterable[Mapping[str, Any]]) -> None:
-        for record in records:
-            kind = record.get("kind", "step")
-            if kind == "epoch":
-                self._add_epoch(worker, record)
-                continue
-            step = as_float(record.get("step"))
-            if step is None:
-                continue
-            epoch = record.get("epoch")
-            if isinstance(epoch, int) and epoch not in self._epochs:
+        rows = list(records)
+        steps = [r for r in rows if r.get("kind", "step") in ("step", "batch")]
+        self.add_columns(worker, rows, step_columns(steps))
+
+    def add_columns(self, worker: int, rows: Sequence[Mapping[str, Any]], columns: Columns) -> None:
+        """``rows``: a worker's batch of records; ``columns``: its step records' columns (the store
+        made them already: :meth:`~mwnotebook.shared.metrics.MetricsStore.add_batch`)."""
+        epochs = {r.get("epoch") for r in rows if r.get("kind") == "batch"} - self._epochs.keys()
+        for epoch in sorted(e for e in epochs if isinstance(e, int)):
+            step = next(as_float(r.get("step")) for r in rows if r.get("epoch") == epoch and r.get("kind") == "batch")
+            if step is not None:
                 self._epochs[epoch] = step
                 self._new_epochs.append((step, epoch))
-            for key, value in record.items():
-                if key not in META_KEYS:
-                    self._point(worker, key, "step", kind, step, value)
+        kind = "batch" if rows and rows[-1].get("kind") == "batch" else "step"
+        for key, (xs, ys) in columns.items():
+            self._points(worker, key, "step", kind, xs, ys)
+        for record in rows:
+            if record.get("kind") == "epoch":
+                self._add_epoch(worker, record)
 
     def _add_epoch(self, worker: int, record: Mapping[str, Any]) -> None:
         epoch = as_float(record.get("epoch"))
         if epoch is None:
             return
         for key, value in record.items():
-            if key in META_KEYS:
-                continue
             metric = key[len(GLOBAL_PREFIX):] if key.startswith(GLOBAL_PREFIX) else key
-            if (metric, "step") not in self.panels:  # the step panel already shows it
-                self._point(worker, key, "epoch", "epoch", epoch + 1, value)
+            y = as_float(value)
+            if key not in META_KEYS and y is not None and (metric, "step") not in self.panels:
+                self._points(worker, key, "epoch", "epoch", [epoch + 1], [y])  # not shown by a step panel
 
-    def _point(self, worker: int, key: str, axis: str, kind: str, x: float, value: Any) -> None:
-        y = as_float(value)
-        if y is None:
-            return  # not a number: the worker said so in its output (mwnotebook/worker/_values.py)
+    def _points(self, worker: int, key: str, axis: str, kind: str, xs: list[float], ys: list[float]) -> None:
         if key.startswith(GLOBAL_PREFIX):
             metric = key[len(GLOBAL_PREFIX):]
             if self._global_source.setdefault(f"{axis}:{key}", worker) != worker:
@@ -160,11 +160,12 @@ class LiveFeed:
         line = self._lines.get((panel.id, index))
         if line is None:
             line = self._lines[(panel.id, index)] = _Line()
-        line.new_x.append(x)
-        line.new_y.append(y)
-        if not math.isfinite(y) and not self.note:
+        line.new_x.extend(xs)
+        line.new_y.extend(ys)
+        if not self.note and not all(map(math.isfinite, ys)):
+            at = next(i for i, y in enumerate(ys) if not math.isfinite(y))
             who = "the global value" if index == self.num_workers else f"worker {worker}"
-            self.note = (f"{who} reported {metric} = {y} at {axis} {x:g}: non-finite values are drawn "
+            self.note = (f"{who} reported {metric} = {ys[at]} at {axis} {xs[at]:g}: non-finite values are drawn "
                          "as gaps, marked \u25b2")
             self._note_sent = False
 

@@ -91,9 +91,9 @@ class Dashboard:
         with self._lock:
             self.events_seen += 1
             if isinstance(event, WorkerMetrics):
-                self._store.add(event.worker, event.records)
+                rows, columns = self._store.add_batch(event.worker, event.records)
                 self._board.on_metrics(event)
-                self._feed.add(event.worker, event.records)
+                self._feed.add_columns(event.worker, rows, columns)
             elif isinstance(event, WorkerStateChanged):
                 if not self._board.on_state(event):
                     return

@@ -69,7 +69,8 @@ class StatusBoard:
         if status.state in ("starting", "idle"):
             status.state = "running"
         gkey = global_key(self.metric)
-        for record in event.records:
+        # only the last records count (the step, the last value, the recent rate's 64 stamps)
+        for record in event.records[-status.recent.maxlen:]:
             if not is_step_record(record):
                 continue
             step = as_float(record.get("step"))
