@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v chromium >/dev/null || need_apt+=(chromium)
+# Node.js and npm build the live chart widget's JavaScript during `pip install` (hatch_build.py)
+command -v npm >/dev/null || need_apt+=(nodejs npm)
 command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v unshare >/dev/null || need_apt+=(util-linux)

@@ -28,6 +28,7 @@ export class Store {
     this.lastSeq = -1;
     this.missed = 0;   // deltas that came after a lost message (before any key frame)
     this.messages = 0;
+    this.times = [];  // when each message arrived (performance.now()), the last 1000
     this.bytes = 0;
   }
 
@@ -42,6 +43,8 @@ export class Store {
 
   handle(msg, buffers) {
     this.messages += 1;
+    this.times.push(performance.now());
+    if (this.times.length > 1000) this.times.shift();
     const buf = buffers && buffers.length ? buffers[0] : null;
     let values = new Float32Array(0);
     if (buf) {

@@ -170,7 +170,7 @@ class View {
     return {panels: [...this.panels.values()].map((p) => p.state()), hidden: [...this.hidden].sort(),
             log: this.log, smoothing: this.smoothing, hover: this.hoverState, names: this.names,
             seq: this.store.lastSeq, missed: this.store.missed, messages: this.store.messages,
-            bytes: this.store.bytes, note: this.store.nanNote, epochs: [...this.store.epochs.entries()]};
+            bytes: this.store.bytes, times: this.store.times.slice(), note: this.store.nanNote, epochs: [...this.store.epochs.entries()]};
   }
 
   destroy() {

@@ -103,14 +103,15 @@ def step_columns(records: Sequence[Mapping[str, Any]]) -> Columns:
     the records that have a number for it (non-numbers left out, non-finite strings turned back)."""
     if not records:
         return {}
-    steps = [float(s) if type(s) in _PLAIN_NUMBERS else as_float(s) for s in [r.get("step") for r in records]]
+    raw_steps: list[Any] = [r.get("step") for r in records]
+    steps = [float(s) if type(s) in _PLAIN_NUMBERS else as_float(s) for s in raw_steps]
     keys = set().union(*records) - META_KEYS
     columns: Columns = {}
     for key in keys:
         xs: list[float] = []
         ys: list[float] = []
         for step, record in zip(steps, records):
-            value = record.get(key)
+            value: Any = record.get(key)
             if type(value) not in _PLAIN_NUMBERS:
                 value = as_float(value)
                 if value is None:

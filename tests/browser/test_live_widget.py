@@ -14,6 +14,7 @@ written to ``artifacts/widget_<front end>.json``.
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import nbformat
@@ -217,7 +218,7 @@ start, step = time.perf_counter(), 0
 while time.perf_counter() - start < 12:
     for _ in range(50):  # ~1,000 reported steps a second per worker
         loss = 1.0 / (1.0 + 1e-3 * step) + 0.02 * w
-        if w == 3 and 3000 <= step < 3100:
+        if w == 3 and 1000 <= step < 1100:
             loss = float("nan")  # a diverging stretch: a gap with a mark, and one note
         mw.report(step=step, loss=loss, accuracy=1.0 - loss / 2, global_loss=1.0 / (1.0 + 1e-3 * step))
         if w == 0 and step == 500:
@@ -244,9 +245,9 @@ def test_eight_fast_workers_small_updates_nan_gap_and_bad_value(lab: Lab, page, 
     started = time.time()
     st = wp.wait_state(page, 1, lambda s: s["panels"] and wp.panel(s, "loss")["nans"] > 0, 300, "the NaN gap")
     wp.screenshot(page, 1, artifacts_dir / "widget_lab_8_workers_nan.png")
-    assert st["note"].startswith("worker 3 reported loss = nan at step "), st["note"]
+    assert re.match(r"worker 3 reported (loss|accuracy) = nan at step 1000", st["note"]), st["note"]
     assert "gaps" in st["note"]
-    most = 0
+    most = max(n for p in st["panels"] for n in p["points"])
     deadline = time.monotonic() + 300
     while not wp.cell_done(page, 1) and time.monotonic() < deadline:
         st = wp.state(page, 1) or st

@@ -103,7 +103,7 @@ class LiveFeed:
         self.panels: dict[tuple[str, str], PanelInfo] = {}
         self._lines: dict[tuple[int, int], _Line] = {}
         self._global_source: dict[str, int] = {}
-        self._epochs: dict[int, float] = {}
+        self.epochs: dict[int, float] = {}
         self._new_panels: list[PanelInfo] = []
         self._new_epochs: list[tuple[float, int]] = []
         self.note = ""
@@ -121,11 +121,11 @@ class LiveFeed:
     def add_columns(self, worker: int, rows: Sequence[Mapping[str, Any]], columns: Columns) -> None:
         """``rows``: a worker's batch of records; ``columns``: its step records' columns (the store
         made them already: :meth:`~mwnotebook.shared.metrics.MetricsStore.add_batch`)."""
-        epochs = {r.get("epoch") for r in rows if r.get("kind") == "batch"} - self._epochs.keys()
+        epochs = {r.get("epoch") for r in rows if r.get("kind") == "batch"} - self.epochs.keys()
         for epoch in sorted(e for e in epochs if isinstance(e, int)):
             step = next(as_float(r.get("step")) for r in rows if r.get("epoch") == epoch and r.get("kind") == "batch")
             if step is not None:
-                self._epochs[epoch] = step
+                self.epochs[epoch] = step
                 self._new_epochs.append((step, epoch))
         kind = "batch" if rows and rows[-1].get("kind") == "batch" else "step"
         for key, (xs, ys) in columns.items():
@@ -196,7 +196,7 @@ class LiveFeed:
         panels = list(self.panels.values()) if key else self._new_panels
         if panels:
             content["panels"] = [p.header() for p in panels]
-        epochs = [(s, e) for e, s in self._epochs.items()] if key else self._new_epochs
+        epochs = [(s, e) for e, s in self.epochs.items()] if key else self._new_epochs
         if epochs:
             content["epochs"] = [[s, e] for s, e in epochs]
         if key or not self._names_sent:

@@ -118,8 +118,12 @@ class Dashboard:
         return names
 
     def _panels(self, max_points: int | None = None) -> list[ChartPanel]:
+        notes = {key: panel.note for key, panel in self._feed.panels.items()}
         return chart_panels(self._store, self.num_workers, self.metric,
-                            max_points=max_points or self.max_points, names=self._names())
+                            max_points=max_points or self.max_points, names=self._names(), notes=notes)
+
+    def _epochs(self) -> list[tuple[float, int]]:
+        return sorted((step, epoch) for epoch, step in self._feed.epochs.items())
 
     def _push(self) -> None:
         """One frontend update: the chart (its static copy once finished) and the status table."""
@@ -160,7 +164,7 @@ class Dashboard:
         """The picture while the run goes on where no widget can be drawn: an SVG picture in HTML."""
         if panels is None:
             panels = self._panels(min(LIVE_POINTS, self.max_points))
-        svg = svg_panels(panels, self._title)
+        svg = svg_panels(panels, self._title, epochs=self._epochs())
         return {"text/html": f"<div class='mw-live-chart'>{svg}</div>",
                 "text/plain": f"{self._title} (live)"}
 
@@ -174,12 +178,12 @@ class Dashboard:
         the live widget, as the data are now."""
         with self._lock:
             panels = self._shown if self._widget is None and self._shown is not None else self._panels()
-            return as_plotly_figure(panels_figure_dict(panels, self._title))
+            return as_plotly_figure(panels_figure_dict(panels, self._title, self._epochs()))
 
     def static_figure(self) -> Any:
         """A plain ``go.Figure`` copy of the chart as it is now (downsampled traces)."""
         with self._lock:
-            return as_plotly_figure(panels_figure_dict(self._panels(), self._title))
+            return as_plotly_figure(panels_figure_dict(self._panels(), self._title, self._epochs()))
 
     # -- status table ------------------------------------------------------------------------
     def status_rows(self) -> list[dict[str, Any]]:
@@ -235,13 +239,14 @@ class Dashboard:
             if panels is None:
                 panels = self._panels()
             box = f"mw-chart-{id(self):x}-{len(self.update_times)}"
-            return static_bundle(panels_figure_dict(panels, self._title), svg_panels(panels, self._title),
-                                 self.status_text(), box)
+            epochs = self._epochs()
+            return static_bundle(panels_figure_dict(panels, self._title, epochs),
+                                 svg_panels(panels, self._title, epochs=epochs), self.status_text(), box)
 
     def svg(self, width: int = 720, height: int = 320) -> str:
         """The chart as a small self-contained SVG picture (no plotly.js needed to view it)."""
         with self._lock:
-            return svg_panels(self._panels(), self._title, width, height)
+            return svg_panels(self._panels(), self._title, width, height, self._epochs())
 
     # -- data ----------------------------------------------------------------------------------
     @property

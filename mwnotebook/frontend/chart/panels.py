@@ -7,7 +7,7 @@ the learning rate last.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mwnotebook.frontend.chart.series import (
@@ -28,6 +28,7 @@ class ChartPanel:
     metric: str
     axis: str  # "step" | "epoch"
     series: list[ChartSeries]
+    note: str = ""  # what is drawn, e.g. Keras' running mean (frontend/chart/feed.py panel_note)
 
 
 def _bare(name: str) -> str:
@@ -39,7 +40,8 @@ def _ordered(names: set[str], first: str) -> list[str]:
 
 
 def chart_panels(store: MetricsStore, num_workers: int, first: str = "loss", *,
-                 max_points: int | None = None, names: Sequence[str] | None = None) -> list[ChartPanel]:
+                 max_points: int | None = None, names: Sequence[str] | None = None,
+                 notes: Mapping[tuple[str, str], str] | None = None) -> list[ChartPanel]:
     """One panel per metric; ``names(metric)``-style worker names come from ``names`` (a worker's
     legend name with ``{metric}`` in it, e.g. "worker 1 (local {metric}) - failed: ValueError")."""
     step_metrics = {_bare(m) for m in store.metric_names()} or {first}
@@ -47,7 +49,8 @@ def chart_panels(store: MetricsStore, num_workers: int, first: str = "loss", *,
     for metric in _ordered(step_metrics, first):
         worker_names = [n.format(metric=metric) for n in names] if names is not None else None
         panels.append(ChartPanel(metric, "step", chart_series(store, metric, num_workers, max_points=max_points,
-                                                              names=worker_names)))
+                                                              names=worker_names),
+                                 (notes or {}).get((metric, "step"), "")))
     epoch_metrics = {_bare(m) for m in store.epoch_metric_names()} - step_metrics
     for metric in _ordered(epoch_metrics, first):
         series = []
@@ -58,5 +61,5 @@ def chart_panels(store: MetricsStore, num_workers: int, first: str = "loss", *,
         gx, gy = _points(*store.epoch_series(None, metric), max_points)
         series.append(ChartSeries(global_series_name(metric), GLOBAL_COLOUR, "4 3", gx, gy,
                                   visible=bool(gx), is_global=True))
-        panels.append(ChartPanel(metric, "epoch", series))
+        panels.append(ChartPanel(metric, "epoch", series, (notes or {}).get((metric, "epoch"), "")))
     return panels

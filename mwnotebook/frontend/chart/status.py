@@ -70,7 +70,7 @@ class StatusBoard:
             status.state = "running"
         gkey = global_key(self.metric)
         # only the last records count (the step, the last value, the recent rate's 64 stamps)
-        for record in event.records[-status.recent.maxlen:]:
+        for record in event.records[-(status.recent.maxlen or 64):]:
             if not is_step_record(record):
                 continue
             step = as_float(record.get("step"))

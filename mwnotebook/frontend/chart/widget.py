@@ -58,7 +58,7 @@ def _widget_class() -> Any:
         import anywidget
         import traitlets
 
-        class LiveChartWidget(anywidget.AnyWidget):  # type: ignore[misc]
+        class LiveChartWidget(anywidget.AnyWidget):
             """One ``%%mwtrain`` cell's live curves (see the module docstring)."""
 
             _esm = BUNDLE
