@@ -320,7 +320,7 @@ def test_feed_memory_is_bounded_over_a_long_run_and_the_data_keep_every_point():
         for w in range(8):
             dash(WorkerMetrics(w, tuple({"step": s, "loss": 1 / (s + 1)} for s in range(start, start + 500))))
     feed: LiveFeed = dash._feed
-    assert all(len(line.hist_x) <= 2 * HISTORY_CAP for line in feed._lines.values())
+    assert all(len(line.hist_x) <= 2 * HISTORY_CAP for line in feed.lines.values())
     assert len(sent) >= 1000 and max(_size(m[1:]) for m in sent if m[0] == "send") <= 2000
     assert dash.store.point_count(3, "loss") == 100_000
 
@@ -364,3 +364,17 @@ def test_at_the_end_the_static_copy_replaces_the_widget_which_is_then_closed():
     figure = updates[-3][2]["application/vnd.plotly.v1+json"]
     assert {t["name"] for t in figure["data"]} >= {"worker 0 (local loss)", "worker 0 (local accuracy)"}
     assert dash._widget is None
+
+
+def test_the_end_state_of_a_long_eight_worker_run_stays_small():
+    import json
+
+    dash = Dashboard(8)
+    dash._widget = _Widget([])
+    for w in range(8):
+        dash(WorkerMetrics(w, tuple({"step": s, "loss": 1 / (s + 1) + w, "accuracy": 0.5, "global_loss": 0.3}
+                                    for s in range(20_000))))
+    dash.finish()
+    bundle = dash.static_bundle()
+    assert len(json.dumps(bundle)) <= 200_000, len(json.dumps(bundle))
+    assert len(dash.dataframe()) == 160_000

@@ -28,8 +28,9 @@ import numpy as np
 
 from mwnotebook.shared.metrics import GLOBAL_PREFIX, META_KEYS, Columns, as_float, step_columns
 
-#: Float32 values (x and y) of all lines together in one update, about 1.2 kB.
-UPDATE_FLOATS = 300
+#: Float32 values (x and y) of all lines together in one update, about 0.8 kB (the frame around it,
+#: Jupyter's message header and the JSON, is about as much again).
+UPDATE_FLOATS = 200
 #: Points per line kept for key frames (halved beyond twice this, as the browser does).
 HISTORY_CAP = 1000
 
@@ -101,7 +102,7 @@ class LiveFeed:
     def __init__(self, num_workers: int) -> None:
         self.num_workers = num_workers
         self.panels: dict[tuple[str, str], PanelInfo] = {}
-        self._lines: dict[tuple[int, int], _Line] = {}
+        self.lines: dict[tuple[int, int], _Line] = {}
         self._global_source: dict[str, int] = {}
         self.epochs: dict[int, float] = {}
         self._new_panels: list[PanelInfo] = []
@@ -157,9 +158,9 @@ class LiveFeed:
             panel = PanelInfo(len(self.panels), metric, axis, panel_note(metric, axis, kind))
             self.panels[(metric, axis)] = panel
             self._new_panels.append(panel)
-        line = self._lines.get((panel.id, index))
+        line = self.lines.get((panel.id, index))
         if line is None:
-            line = self._lines[(panel.id, index)] = _Line()
+            line = self.lines[(panel.id, index)] = _Line()
         line.new_x.extend(xs)
         line.new_y.extend(ys)
         if not self.note and not all(map(math.isfinite, ys)):
@@ -177,14 +178,14 @@ class LiveFeed:
     # -- output --------------------------------------------------------------------------------
     def message(self, key: bool = False) -> tuple[dict[str, Any], list[bytes]] | None:
         """The next update (``None`` when nothing changed); ``key``: everything so far."""
-        has_new = any(line.new_x for line in self._lines.values())
+        has_new = any(line.new_x for line in self.lines.values())
         if not key and not (has_new or self._new_panels or self._new_epochs or not self._note_sent
                             or not self._names_sent):
             return None
-        limit = points_per_update(len(self._lines))
+        limit = points_per_update(len(self.lines))
         chunks: list[list[int]] = []
         floats: list[float] = []
-        for (panel, index), line in self._lines.items():
+        for (panel, index), line in self.lines.items():
             xs, ys = line.take(limit)
             if key:
                 xs, ys = line.hist_x, line.hist_y

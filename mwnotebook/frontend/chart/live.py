@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: Points per line of the live picture (the picture is 720 pixels wide; more would not show).
 LIVE_POINTS = 600
+#: About the most bytes the end state's bundle may take (it is also what the saved notebook keeps).
+STATIC_BYTES = 150_000
 #: Seconds after the widget is made during which every update is a key frame (see feed.py).
 KEY_FRAME_SECONDS = 3.0
 _warned: set[str] = set()
@@ -122,6 +124,12 @@ class Dashboard:
         return chart_panels(self._store, self.num_workers, self.metric,
                             max_points=max_points or self.max_points, names=self._names(), notes=notes)
 
+    def _static_points(self) -> int:
+        """Points per line of the end state, so that it stays under ~150 kB however many workers and
+        metrics (each point is in it four times: plotly JSON twice, the SVG twice; ~56 bytes)."""
+        lines = max(1, sum(1 for key in self._feed.lines))
+        return max(100, min(self.max_points, STATIC_BYTES // (56 * lines)))
+
     def _epochs(self) -> list[tuple[float, int]]:
         return sorted((step, epoch) for epoch, step in self._feed.epochs.items())
 
@@ -129,7 +137,7 @@ class Dashboard:
         """One frontend update: the chart (its static copy once finished) and the status table."""
         try:
             if self._finished:
-                self._shown = self._panels()
+                self._shown = self._panels(self._static_points())
                 chart: dict[str, Any] | None = self.static_bundle(self._shown)
             elif self._widget is not None:
                 chart = None
@@ -237,7 +245,7 @@ class Dashboard:
         """MIME bundle of the final chart (see :mod:`mwnotebook.frontend.chart.static_copy`)."""
         with self._lock:
             if panels is None:
-                panels = self._panels()
+                panels = self._panels(self._static_points())
             box = f"mw-chart-{id(self):x}-{len(self.update_times)}"
             epochs = self._epochs()
             return static_bundle(panels_figure_dict(panels, self._title, epochs),
