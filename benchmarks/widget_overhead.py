@@ -29,6 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 from jupyter_client.manager import start_new_kernel
 
 log = logging.getLogger("widget_overhead")
@@ -105,16 +106,20 @@ def main() -> None:
     samples: dict[str, list[float]] = {"no_dashboard": [], "widget": [], "no_report": []}
     updates: list[int] = []
     opened: list[int] = []
+    notebook_cpu: dict[str, list[float]] = {mode: [] for mode in samples}
     try:
         run_cell(client, "%load_ext mwnotebook")
         if "ready" not in run_cell(client, SETUP.format(workers=n))["stdout"]:
             raise RuntimeError("set-up failed")
+        notebook = psutil.Process(km.provisioner.process.pid)  # the notebook kernel: relay + dashboard
         modes = (("no_dashboard", " --no-dashboard", True), ("widget", "", True),
                  ("no_report", " --no-dashboard", False))
         for _ in range(args.repeats):
             for mode, flag, report in modes:
+                before = sum(notebook.cpu_times()[:2])
                 cell = run_cell(client, LOOP.format(workers=n, flag=flag, steps=args.steps, report=report))
                 samples[mode].append(loop_seconds(cell["stdout"], n))
+                notebook_cpu[mode].append(sum(notebook.cpu_times()[:2]) - before)
                 if mode == "widget":
                     updates.extend(cell["updates"])
                     opened.extend(cell["opened"])
@@ -136,6 +141,7 @@ def main() -> None:
             a / b for a, b in zip(samples["widget"], samples["no_dashboard"])),
         "wall_time_ratio_no_dashboard_vs_no_report": base / statistics.median(samples["no_report"]),
         "target_ratio": 1.02,
+        "notebook_kernel_cpu_seconds_per_cell_median": {m: statistics.median(v) for m, v in notebook_cpu.items()},
         "widget_comm_open_bytes": max(opened, default=0),
         "widget_updates": len(updates),
         "widget_update_bytes_median": statistics.median(updates) if updates else 0,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -38,8 +39,10 @@ log = logging.getLogger(__name__)
 LIVE_POINTS = 600
 #: About the most bytes the end state's bundle may take (it is also what the saved notebook keeps).
 STATIC_BYTES = 150_000
-#: Seconds after the widget is made during which every update is a key frame (see feed.py).
-KEY_FRAME_SECONDS = 3.0
+#: Seconds after the widget is made during which an update every KEY_FRAME_EVERY seconds is a key
+#: frame (see feed.py): the page's view is complete if the widget's module loaded within this time.
+KEY_FRAME_SECONDS = 2.5
+KEY_FRAME_EVERY = 0.5
 _warned: set[str] = set()
 
 _LAST: Dashboard | None = None
@@ -80,6 +83,7 @@ class Dashboard:
         self._use_widget = use_widget
         self._widget: Any = None
         self._widget_made = 0.0
+        self._last_key = -math.inf
         #: Bytes of each widget update (JSON content + buffer), for budget checks.
         self.message_bytes: list[int] = []
         self._shown: list[ChartPanel] | None = self._panels()  # what the picture shows now
@@ -162,7 +166,11 @@ class Dashboard:
             if status.state == "failed":
                 names[w] += f" (failed: {status.error or 'error'})"
         self._feed.set_names(names)
-        message = self._feed.message(key=self._clock() - self._widget_made < KEY_FRAME_SECONDS)
+        now = self._clock()
+        key = now - self._widget_made < KEY_FRAME_SECONDS and now - self._last_key >= KEY_FRAME_EVERY
+        if key:
+            self._last_key = now
+        message = self._feed.message(key=key)
         if message is not None:
             content, buffers = message
             self._widget.send(content, buffers)
