@@ -190,6 +190,7 @@ def test_live_widget_is_interactive_while_fit_runs_and_leaves_a_picture(server: 
             break
         time.sleep(0.5)
     raw = saved_path.read_text()
+    (artifacts_dir / f"widget_{tag}_saved.ipynb").write_text(raw)
     assert "application/vnd.jupyter.widget-view+json" not in raw, "the saved notebook references a widget"
     assert "widgets" not in saved.metadata or "application/vnd.jupyter.widget-state+json" not in raw
     bundles = [o.get("data", {}) for o in saved.cells[1].outputs]

@@ -378,3 +378,13 @@ def test_the_end_state_of_a_long_eight_worker_run_stays_small():
     bundle = dash.static_bundle()
     assert len(json.dumps(bundle)) <= 200_000, len(json.dumps(bundle))
     assert len(dash.dataframe()) == 160_000
+
+
+def test_loss_is_the_first_panel_whatever_order_the_keys_come_in():
+    from mwnotebook.frontend.chart.feed import LiveFeed
+
+    for keys in (("accuracy", "loss", "lr"), ("lr", "global_loss", "accuracy")):
+        feed = LiveFeed(1)
+        feed.add(0, [{"step": 0, **{k: 1.0 for k in keys}}])
+        names = [p[1] for p in feed.message()[0]["panels"]]
+        assert names[0] == "loss" and names[-1] == "lr", names

@@ -48,6 +48,11 @@ class PanelInfo:
         return [self.id, self.metric, self.axis, self.note]
 
 
+def _panel_order(key: str) -> tuple[bool, bool, str]:
+    metric = key[len(GLOBAL_PREFIX):] if key.startswith(GLOBAL_PREFIX) else key
+    return metric != "loss", metric in _LR_NAMES, metric
+
+
 def panel_note(metric: str, axis: str, kind: str) -> str:
     if axis == "epoch":
         return "one point per epoch (its end)"
@@ -129,7 +134,8 @@ class LiveFeed:
                 self.epochs[epoch] = step
                 self._new_epochs.append((step, epoch))
         kind = "batch" if rows and rows[-1].get("kind") == "batch" else "step"
-        for key, (xs, ys) in columns.items():
+        for key in sorted(columns, key=_panel_order):  # loss first, the learning rate last
+            xs, ys = columns[key]
             self._points(worker, key, "step", kind, xs, ys)
         for record in rows:
             if record.get("kind") == "epoch":
