@@ -52,8 +52,9 @@ export class Panel {
       const shown = !this.view.hidden.has(s);
       series.push({label: this.view.names[s] + " (raw)", stroke: fade(colour), width: 1, dash,
                    show: shown && this.view.smoothing > 0, points: {show: false}});
+      // epoch panels have a point per epoch: draw the points (a single one is no line)
       series.push({label: this.view.names[s], stroke: colour, width: s === n - 1 ? 2 : 1.5, dash,
-                   show: shown, points: {show: false}});
+                   show: shown, points: {show: this.info.axis === "epoch", size: 6, fill: colour}});
     }
     const self = this;
     const opts = {

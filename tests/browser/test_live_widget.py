@@ -41,7 +41,8 @@ val = tf.data.Dataset.from_tensor_slices((x[:256], y[:256])).batch(32).with_opti
 with strategy.scope():
     model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), tf.keras.layers.Dense(8, activation="relu"),
                                  tf.keras.layers.Dense(1, activation="sigmoid")])
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.2), loss="binary_crossentropy", metrics=["accuracy"])
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.3, decay_steps=64, decay_rate=0.7)
+    model.compile(optimizer=tf.keras.optimizers.SGD(schedule), loss="binary_crossentropy", metrics=["accuracy"])
 
 class Slow(tf.keras.callbacks.Callback):  # slow enough for a person (and this test) to interact
     def on_train_batch_end(self, batch, logs=None):
@@ -157,8 +158,11 @@ def test_live_widget_is_interactive_while_fit_runs_and_leaves_a_picture(server: 
     seen_interaction = _interact(page, artifacts_dir, tag)
     assert not wp.cell_done(page, 1), "interaction is tested while the cell still runs (make the fit longer)"
 
-    wp.wait_state(page, 1, lambda s: any(p["metric"] == "val_loss" for p in s["panels"]) and len(s["epochs"]) >= 2,
-                  240, "val_loss panel and epoch marks")
+    late = wp.wait_state(page, 1, lambda s: any(p["metric"] == "val_loss" for p in s["panels"])
+                         and len(s["epochs"]) >= 2, 240, "val_loss panel and epoch marks")
+    assert [p["metric"] for p in late["panels"]][:2] == ["loss", "accuracy"]
+    assert {"lr", "val_accuracy"} <= {p["metric"] for p in late["panels"]}, "the schedule's learning rate"
+    assert wp.panel(late, "val_loss")["axis"] == "epoch"
     wp.screenshot(page, 1, artifacts_dir / f"widget_{tag}_epochs.png")
     deadline = time.monotonic() + 300
     while not wp.cell_done(page, 1) and time.monotonic() < deadline:
@@ -171,6 +175,7 @@ def test_live_widget_is_interactive_while_fit_runs_and_leaves_a_picture(server: 
     (page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".js-plotly-plot, .mw-static-chart").first
      .wait_for(timeout=60_000))
     assert page.locator(".jp-Notebook .jp-Cell").nth(1).locator(wp.WIDGET).count() == 0, "widget left behind"
+    assert frames.closed(frames.widget_open()[2]), "the kernel did not close the widget's comm"
     text = wp.cell_text(page, 1)
     assert "trained" in text, text[-2000:]
     wp.screenshot(page, 1, artifacts_dir / f"widget_{tag}_end.png")

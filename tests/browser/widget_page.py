@@ -122,6 +122,10 @@ class Frames:
         return [size for _t, size, text in self.frames
                 if comm_id in text and "comm_msg" in text and re.search(r'"method":\s*"custom"', text)]
 
+    def closed(self, comm_id: str) -> bool:
+        """Whether the kernel closed the chart's comm (nothing of the widget is left to save)."""
+        return any(comm_id in text and "comm_close" in text for _t, _s, text in self.frames)
+
     def budget(self, since: float, until: float) -> dict[str, Any]:
         opened, first, comm = self.widget_open()
         sizes = self.updates(comm)
