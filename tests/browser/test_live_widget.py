@@ -255,7 +255,7 @@ def test_eight_fast_workers_small_updates_nan_gap_and_bad_value(lab: Lab, page, 
         st = wp.wait_state(page, 1, lambda s: s["panels"] and wp.panel(s, "loss")["nans"] > 0, 300, "the NaN gap")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\ncell output: {wp.cell_text(page, 1)[-3000:]}") from None
-    wp.screenshot(page, 1, artifacts_dir / "widget_lab_8_workers_nan.png")
+    wp.screenshot(page, 1, artifacts_dir / "widget_lab_8_workers_nan.png", wp.WIDGET)
     assert re.match(r"worker 3 reported (loss|accuracy) = nan at step 1000", st["note"]), st["note"]
     assert "gaps" in st["note"]
     most = max(n for p in st["panels"] for n in p["points"])

@@ -137,9 +137,9 @@ class Frames:
                 "comm_open_time": opened}
 
 
-def screenshot(page, cell: int, path) -> None:
-    """The cell's outputs (an artifact, never the verdict)."""
-    outputs = page.locator(".jp-Notebook .jp-Cell").nth(cell).locator(".jp-OutputArea")
+def screenshot(page, cell: int, path, what: str = ".jp-OutputArea") -> None:
+    """The cell's outputs, or ``what`` in them (an artifact, never the verdict)."""
+    outputs = page.locator(".jp-Notebook .jp-Cell").nth(cell).locator(what).first
     try:
         outputs.scroll_into_view_if_needed(timeout=5000)
         outputs.screenshot(path=str(path), timeout=10_000)
