@@ -98,6 +98,39 @@ def downsample(
     return x[idx], y[idx]
 
 
+#: ``{key: (steps, values)}`` of a batch of step records, plain floats (see :func:`step_columns`).
+Columns = dict[str, tuple[list[float], list[float]]]
+
+
+_PLAIN_NUMBERS = (float, int)
+
+
+def step_columns(records: Sequence[Mapping[str, Any]]) -> Columns:
+    """The measured keys of step records as columns: for each key, the steps and float values of
+    the records that have a number for it (non-numbers left out, non-finite strings turned back)."""
+    if not records:
+        return {}
+    raw_steps: list[Any] = [r.get("step") for r in records]
+    steps = [float(s) if type(s) in _PLAIN_NUMBERS else as_float(s) for s in raw_steps]
+    keys = set().union(*records) - META_KEYS
+    columns: Columns = {}
+    for key in keys:
+        xs: list[float] = []
+        ys: list[float] = []
+        for step, record in zip(steps, records):
+            value: Any = record.get(key)
+            if type(value) not in _PLAIN_NUMBERS:
+                value = as_float(value)
+                if value is None:
+                    continue
+            if step is not None:
+                xs.append(step)
+                ys.append(value)
+        if xs:
+            columns[key] = (xs, ys)
+    return columns
+
+
 class _Series:
     """Append-only x/y columns; growth is amortised O(1) (numpy buffer doubling)."""
 
@@ -115,6 +148,15 @@ class _Series:
         self._x[self.n] = x
         self._y[self.n] = y
         self.n += 1
+
+    def extend(self, xs: Sequence[float], ys: Sequence[float]) -> None:
+        n = len(xs)
+        while self.n + n > len(self._x):
+            self._x = np.concatenate([self._x, np.empty(len(self._x))])
+            self._y = np.concatenate([self._y, np.empty(len(self._y))])
+        self._x[self.n: self.n + n] = xs
+        self._y[self.n: self.n + n] = ys
+        self.n += n
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return self._x[: self.n].copy(), self._y[: self.n].copy()
@@ -169,6 +211,7 @@ class MetricsStore:
         self._local: dict[tuple[int, str], _Series] = {}
         self._global: dict[str, _Series] = {}
         self._global_source: dict[str, int] = {}
+        self._epoch: dict[tuple[int, str], _Series] = {}  # worker -1: global
         self._global_last: dict[str, float] = {}
         self._global_ahead: dict[str, list[tuple[float, float]]] = {}
         self._attempt = 1
@@ -210,45 +253,79 @@ class MetricsStore:
 
     def add(self, worker: int, records: Iterable[Mapping[str, Any]]) -> int:
         """Keep ``records`` from ``worker``; returns how many were added."""
-        count = 0
-        for raw in records:
-            record = dict(raw)
-            record["worker"] = worker
-            record["attempt"] = self._attempt
-            self._records.append(record)
-            count += 1
-            if not is_step_record(record):
-                continue
-            step = as_float(record.get("step"))
-            if step is None:
-                continue
-            self._last_step = step if self._last_step is None else max(self._last_step, step)
-            for key, value in record.items():
-                if key in META_KEYS:
-                    continue
-                y = as_float(value)
-                if y is None:
-                    continue
-                if key.startswith(GLOBAL_PREFIX):
-                    self._add_global(key, worker, step, y)
-                else:
-                    self._series_for((worker, key), self._local, step).append(step, y)
-        return count
+        return len(self.add_batch(worker, records)[0])
 
-    def _add_global(self, key: str, worker: int, step: float, y: float) -> None:
+    def add_batch(self, worker: int, records: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], Columns]:
+        """Keep ``records`` from ``worker``; returns them (with ``worker``) and their step records'
+        columns (see :func:`step_columns`), which the live chart reuses. Works a column at a time:
+        a worker's batch holds hundreds of records of the same keys."""
+        rows = []
+        attempt = self._attempt
+        for raw in records:  # the worker named itself already (worker/_report.py): no copy then
+            record = raw if type(raw) is dict and raw.get("worker") == worker else dict(raw, worker=worker)
+            record["attempt"] = attempt
+            rows.append(record)
+        self._records.extend(rows)
+        steps = []
+        for record in rows:
+            kind = record.get("kind")
+            if kind == "epoch":
+                self._add_epoch(worker, record)
+            elif kind is None or kind in ("step", "batch"):
+                steps.append(record)
+        columns = step_columns(steps)
+        for key, (xs, ys) in columns.items():
+            top = max(xs)
+            self._last_step = top if self._last_step is None else max(self._last_step, top)
+            if key.startswith(GLOBAL_PREFIX):
+                self._add_global(key, worker, xs, ys)
+            else:
+                self._series_for((worker, key), self._local, xs[0]).extend(xs, ys)
+        return rows, columns
+
+    def _add_epoch(self, worker: int, record: Mapping[str, Any]) -> None:
+        """Epoch summaries, x = the epoch's number from 1 (Keras counts from 0)."""
+        epoch = as_float(record.get("epoch"))
+        if epoch is None:
+            return
+        for key, value in record.items():
+            y = as_float(value)
+            if key in META_KEYS or y is None:
+                continue
+            if key.startswith(GLOBAL_PREFIX):
+                source = self._global_source.setdefault("epoch:" + key, worker)
+                if worker == source:
+                    self._epoch.setdefault((-1, key), _Series()).append(epoch + 1, y)
+            else:
+                self._epoch.setdefault((worker, key), _Series()).append(epoch + 1, y)
+
+    def epoch_metric_names(self) -> list[str]:
+        """Metric names (local and ``global_*``) seen in epoch summaries."""
+        return sorted({k for (_w, k) in self._epoch})
+
+    def epoch_series(self, worker: int | None, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(epoch from 1, value) of ``metric`` in the epoch summaries of ``worker`` (None: the global
+        value, ``metric`` without its prefix)."""
+        key = (worker, metric) if worker is not None else (-1, global_key(metric))
+        series = self._epoch.get(key)
+        return series.arrays() if series else (np.empty(0), np.empty(0))
+
+    def _add_global(self, key: str, worker: int, xs: list[float], ys: list[float]) -> None:
         source = self._global_source.setdefault(key, worker)
         if worker != source:
-            # The same value again, from another worker: kept only while the source has not sent
-            # that step, in case the source dies with it unsent (see add_restart).
+            # The same values again, from another worker: kept only while the source has not sent
+            # those steps, in case the source dies with them unsent (see add_restart).
             last = self._global_last.get(key)
-            if last is None or step > last:
-                self._global_ahead.setdefault(key, []).append((step, y))
+            ahead = [(x, y) for x, y in zip(xs, ys) if last is None or x > last]
+            if ahead:
+                self._global_ahead.setdefault(key, []).extend(ahead)
             return
-        self._series_for(key, self._global, step).append(step, y)
+        self._series_for(key, self._global, xs[0]).extend(xs, ys)
+        step = max(xs)
         self._global_last[key] = step
-        ahead = self._global_ahead.get(key)
-        if ahead:
-            ahead[:] = [(x, v) for x, v in ahead if x > step] if ahead[0][0] <= step else ahead
+        pending = self._global_ahead.get(key)
+        if pending:
+            pending[:] = [(x, v) for x, v in pending if x > step]
 
     def _fill_from_others(self) -> None:
         """At a restart: the global points the survivors sent past the source's last one (a killed

@@ -6,6 +6,7 @@ the call has one or the switch is off.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import math
@@ -68,6 +69,32 @@ def _logs_are_summed(model: Any, strategy: Any) -> bool:
     return method == "sum"
 
 
+#: With a learning-rate schedule, its value is reported every this many batches (one small eager
+#: op each, at flush time, not in the step).
+LR_EVERY = 10
+
+
+def _lr_schedule(optimizer: Any) -> Any:
+    """The optimizer's ``LearningRateSchedule`` (tf_keras keeps it as ``_learning_rate`` or as the
+    ``learning_rate`` hyperparameter), or None for a constant rate."""
+    tf = _tf()
+    if optimizer is None or tf is None:
+        return None
+    base = tf.keras.optimizers.schedules.LearningRateSchedule
+    candidates = [getattr(optimizer, "_learning_rate", None)]
+    get_hyper = getattr(optimizer, "_get_hyper", None)
+    if get_hyper is not None:
+        try:
+            candidates.append(get_hyper("learning_rate"))
+        except (KeyError, AttributeError, ValueError):
+            pass
+    return next((c for c in candidates if isinstance(c, base)), None)
+
+
+def _schedule_value(schedule: Any, step: Any) -> float:
+    return float(schedule(step))
+
+
 def _keras_base() -> type:
     tf = _tf()
     if tf is None:  # the user is calling model.fit, TF is there
@@ -111,9 +138,11 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
             self._strategy: Any = None
             self._last_global: dict[str, _Lazy] = {}
             self._reporter = reporter()
+            self._schedule: Any = None
 
         def on_train_begin(self, logs: Any = None) -> None:
             self._reporter.install_hook()
+            self._schedule = _lr_schedule(getattr(self.model, "optimizer", None))
             self._strategy = getattr(self.model, "distribute_strategy", None)
             summed = _logs_are_summed(self.model, self._strategy)
             self._divisor = float(self._strategy.num_replicas_in_sync) if summed else 1.0
@@ -151,6 +180,9 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
             for name, value in (logs or {}).items():
                 values[GLOBAL_PREFIX + name] = _Lazy(_divide, value, self._divisor)
             self._last_global = dict(values)
+            if self._schedule is not None and (self._step - 1) % LR_EVERY == 0:
+                values[GLOBAL_PREFIX + "lr"] = _Lazy(functools.partial(_schedule_value, self._schedule),
+                                                        self._step - 1)
             if self._local:
                 values.update(self._local_values(logs or {}, self._last_global))
             self._reporter.add(self._step, values,

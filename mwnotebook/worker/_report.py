@@ -29,6 +29,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,24 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 0.1
 #: A flush is forced when this many records are buffered, whatever the interval.
 MAX_BUFFER = 5000
+
+
+class MetricValueWarning(UserWarning):
+    """``mw.report`` got a value that is not a number (it is left out; the cell goes on)."""
+
+
+#: Values that can never be a metric (numbers, numpy scalars and tensors are checked at flush).
+_NOT_NUMBERS = (str, bytes, list, tuple, dict, set, type(None))
+
+
+def _warn_not_a_number(name: str, value: Any) -> None:
+    """Say so in this worker's output (once per call site, Python's default for warnings)."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    warnings.warn(f"mw.report: {name}={text} is not a number ({type(value).__name__}), so it is not "
+                  "plotted; report ints, floats, numpy scalars or scalar tensors", MetricValueWarning,
+                  stacklevel=4)
 
 
 def _worker_index() -> int | None:
@@ -87,6 +106,12 @@ class Reporter:
         for name in metrics:
             if name in ("worker", "time", "kind"):
                 raise TypeError(f"{name!r} is reserved in metric records; use another name")
+        bad = [name for name, value in metrics.items() if isinstance(value, _NOT_NUMBERS)]
+        if bad:
+            for name in bad:
+                _warn_not_a_number(name, metrics.pop(name))
+            if not metrics:
+                return
         if _needs_graph((step, *metrics.values())):
             self._report_from_graph(step, metrics)
             return

@@ -50,8 +50,11 @@ class Lab:
     root: Path
     process: subprocess.Popen
     log_path: Path
+    app: str = "lab"  # "lab": JupyterLab 4; "notebook": Notebook 7
 
     def notebook_url(self, name: str) -> str:
+        if self.app == "notebook":
+            return f"{self.url}/notebooks/{name}?token={self.token}"
         return f"{self.url}/lab/tree/{name}?token={self.token}"
 
     def api(self, path: str, method: str = "GET") -> object:
@@ -87,9 +90,10 @@ def _stop_tree(process: subprocess.Popen, lab: Lab | None) -> None:
     psutil.wait_procs(tree, timeout=10)
 
 
-def start_lab(root: Path) -> Lab:
-    """Start JupyterLab serving ``root`` on loopback (random port and token); wait until it answers.
-    Stop it with :func:`stop_lab`. Raises RuntimeError when it does not start."""
+def start_lab(root: Path, app: str = "lab") -> Lab:
+    """Start JupyterLab (``app="notebook"``: Notebook 7) serving ``root`` on loopback (random port
+    and token); wait until it answers. Stop it with :func:`stop_lab`. Raises RuntimeError when it
+    does not start."""
     port, token = _free_port(), secrets.token_hex(16)
     settings = root / ".settings"
     news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
@@ -97,17 +101,18 @@ def start_lab(root: Path) -> Lab:
     news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))  # no pop-up, no network
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".config"), JUPYTERLAB_SETTINGS_DIR=str(settings),
                JUPYTER_RUNTIME_DIR=str(root / ".runtime"), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
-           f"--LabApp.workspaces_dir={root / '.workspaces'}", "--LabApp.extension_manager=readonly",
+    cmd = [sys.executable, "-m", "jupyterlab" if app == "lab" else "notebook", "--no-browser", "--ip=127.0.0.1",
+           f"--port={port}", f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
            "--LabServerApp.announcements_url=", "--ServerApp.shutdown_no_activity_timeout=900"]
+    if app == "lab":
+        cmd += [f"--LabApp.workspaces_dir={root / '.workspaces'}", "--LabApp.extension_manager=readonly"]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     log_path = root / "lab.log"
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    server = Lab(f"http://127.0.0.1:{port}", token, root, process, log_path)
+    server = Lab(f"http://127.0.0.1:{port}", token, root, process, log_path, app)
     deadline = time.monotonic() + 90
     while True:
         try:
@@ -124,21 +129,31 @@ def stop_lab(server: Lab) -> None:
     _stop_tree(server.process, server)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def _server(tmp_path_factory: pytest.TempPathFactory, app: str) -> Iterator[Lab]:
     if CHROMIUM is None or not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium ({CHROMIUM or 'chromium is not on PATH'}): apt-get install -y chromium, "
                     "or set MWNOTEBOOK_CHROMIUM to the browser's path")
     require("playwright.sync_api", "pip install -e '.[test]'")
-    require("jupyterlab", "pip install -e '.[test]'")
+    require("jupyterlab" if app == "lab" else "notebook", "pip install -e '.[test]'")
     try:
-        server = start_lab(tmp_path_factory.mktemp("lab"))
+        server = start_lab(tmp_path_factory.mktemp(app), app)
     except RuntimeError as exc:
         pytest.fail(str(exc))
     try:
         yield server
     finally:
         stop_lab(server)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    yield from _server(tmp_path_factory, "lab")
+
+
+@pytest.fixture(scope="module")
+def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A Notebook 7 server (the same ``Lab`` handle: its URL opens the classic notebook page)."""
+    yield from _server(tmp_path_factory, "notebook")
 
 
 @pytest.fixture

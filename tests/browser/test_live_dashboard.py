@@ -2,7 +2,7 @@
 
 JupyterLab runs on 127.0.0.1 with a random port and token; Debian's headless Chromium opens a
 notebook, runs ``%load_ext mwnotebook`` and a two-worker MultiWorkerMirroredStrategy loop that
-reports every step, and reads the points of the live chart (an SVG picture updated in place) while
+reports every step, and reads the points of the live chart (the widget's own view state) while
 the cell runs, then plotly's own data off the static copy's DOM node (``gd._fullData``).
 Screenshots go to ``artifacts/``.
 """
@@ -61,22 +61,16 @@ for step in range({STEPS}):
 print("trained", {STEPS}, "steps")
 '''
 
-# Points per named line of every chart in the page: the live SVG picture (``polyline.mw-series``) while
-# the cell runs; plotly's own data on its DOM node (``gd._fullData``, decoded arrays) for the static
-# copy JupyterLab draws at the end. A MutationObserver counts the live picture's redraws (one per
-# update from Python: JupyterLab re-renders the display in place).
+# Points per named line of every chart in the page: the live widget's own view state (its loss
+# panel) while the cell runs; plotly's own data on its DOM node (``gd._fullData``, decoded arrays)
+# for the static copy JupyterLab draws at the end. The widget keeps when each update arrived.
 READ_CHARTS = """() => {
-  if (!window.__mwUpdates) {
-    window.__mwUpdates = [];
-    new MutationObserver(records => {
-      for (const r of records) for (const n of r.addedNodes)
-        if (n.nodeType === 1 && (n.matches('.mw-live-chart') || n.querySelector('.mw-live-chart')))
-          window.__mwUpdates.push(performance.now());
-    }).observe(document.body, {subtree: true, childList: true});
-  }
   const count = a => a == null ? 0 : (a.length !== undefined ? a.length : -1);
-  const live = Array.from(document.querySelectorAll('.jp-OutputArea .mw-live-chart')).map(c =>
-    Array.from(c.querySelectorAll('polyline.mw-series')).map(p => [p.dataset.name, p.getAttribute('points').split(' ').length]));
+  const live = Array.from(document.querySelectorAll('.jp-OutputArea .mw-live-widget')).map(w => {
+    const view = w.mwView(), loss = view.panels.find(p => p.metric === 'loss');
+    window.__mwUpdates = view.times;  // when each of the widget's updates arrived (performance.now())
+    return loss ? view.names.map((n, i) => [n, loss.points[i]]) : [];
+  });
   const plotly = Array.from(document.querySelectorAll('.jp-OutputArea .js-plotly-plot')).map(gd =>
     (gd._fullData || gd.data || []).map(t => [t.name || '', count(t.x)]));
   return live.concat(plotly);
@@ -186,7 +180,7 @@ def test_live_chart_grows_while_the_cell_runs(lab: Lab, page, artifacts_dir):
     assert "global loss (all workers)" in names, names
 
     # frontend updates: at most ~5 per second however fast the workers report
-    updates = page.evaluate("() => window.__mwUpdates")
+    updates = page.evaluate("() => window.__mwUpdates || []")
 
     def busiest_second(times):
         return max((sum(1 for t in times if s <= t < s + 1000) for s in times), default=0)

@@ -45,11 +45,15 @@ READ_LIVE = """() => Array.from(document.querySelectorAll('.jp-Cell')[2].querySe
 # the status table is there, and whether the output printed before the first metric precedes it.
 READ_CHART = """() => {
   const cell = document.querySelectorAll('.jp-Cell')[2];
-  const chart = cell.querySelector('.mw-live-chart, .mw-static-chart, .js-plotly-plot');
+  const chart = cell.querySelector('.mw-live-widget, .mw-live-chart, .mw-static-chart, .js-plotly-plot');
   const before = Array.from(cell.querySelectorAll('.jp-OutputArea-output'))
     .find(e => e.innerText.includes('before the first metric'));
-  const points = chart ? Array.from(chart.querySelectorAll('polyline.mw-series'))
+  let points = chart ? Array.from(chart.querySelectorAll('polyline.mw-series'))
     .filter(p => p.dataset.name.startsWith('worker ')).map(p => p.getAttribute('points').split(' ').length) : [];
+  if (chart && chart.mwView) {  // the live widget: its loss panel's points per worker
+    const view = chart.mwView(), loss = view.panels.find(p => p.metric === 'loss');
+    points = loss ? loss.points.slice(0, view.names.length - 1) : [];
+  }
   return {chart: !!chart, points: points, status: !!cell.querySelector('.mw-status'), before: !!before,
           before_first: !!(before && chart && (before.compareDocumentPosition(chart) & Node.DOCUMENT_POSITION_FOLLOWING))};
 }"""

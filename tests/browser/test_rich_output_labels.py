@@ -26,6 +26,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests._shared.modules import require
+
 from .conftest import CHROMIUM, CHROMIUM_ARGS, Lab, stop_lab
 from .test_live_dashboard import _prompts, _run_cell
 
@@ -110,10 +112,10 @@ def start_notebook7(root: Path) -> Lab:
 
 @pytest.fixture(scope="module")
 def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
-    pytest.importorskip("playwright.sync_api")
-    pytest.importorskip("notebook")
+    if CHROMIUM is None or not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium ({CHROMIUM or 'chromium is not on PATH'}): apt-get install -y chromium")
+    require("playwright.sync_api", "pip install -e '.[test]'")
+    require("notebook", "pip install -e '.[test]'")
     try:
         server = start_notebook7(tmp_path_factory.mktemp("nb7"))
     except RuntimeError as exc:
@@ -127,7 +129,7 @@ def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 @pytest.fixture(params=["jupyterlab", "notebook7"])
 def front_end(request: pytest.FixtureRequest) -> tuple[str, Lab, str]:
     """(name, server, url of a notebook path with {name} in it)."""
-    pytest.importorskip("matplotlib")
+    require("matplotlib", "pip install -e '.[test]'")
     if request.param == "jupyterlab":
         server: Lab = request.getfixturevalue("lab")
         return request.param, server, f"{server.url}/lab/tree/{{name}}?token={server.token}"

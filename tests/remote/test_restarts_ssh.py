@@ -21,6 +21,7 @@ from mwnotebook import Cluster
 from mwnotebook.shared.events import Event, RunRestarted, WorkerOutput
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests._shared.modules import require
 from tests.reliability.chaos import final_line, fit_cell
 
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.tf, pytest.mark.timeout(900)]
@@ -35,7 +36,7 @@ def set_link(host: netns_hosts.TestHost, state: str) -> None:
 
 
 def test_a_host_offline_for_5_s_mid_fit_does_not_change_the_result(ssh_home: netns_hosts.TestNet, tmp_path) -> None:
-    pytest.importorskip("tensorflow")
+    require("tensorflow", "pip install -e '.[tensorflow-cpu,test]'")
     h0, h1 = ssh_home.hosts
     cut: list[float] = []
     restarts: list[RunRestarted] = []

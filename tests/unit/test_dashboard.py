@@ -236,3 +236,192 @@ def test_how_a_run_ended_survives_the_restart_that_follows_a_failure():
         ("failed", "KeyboardInterrupt"), ("failed", "ValueError")]
     dash(WorkerStateChanged(1, "running"))  # a new run on the same dashboard starts afresh
     assert dash.status_rows()[1]["state"] == "running" and dash.status_rows()[1]["error"] == ""
+
+
+# -- the live widget's feed (frontend/chart/feed.py): what each update carries ------------------
+
+def _decode(message):
+    """(content, {(panel, series): (xs, ys)}) of one update, as js/src/store.js reads it."""
+    import numpy as np
+
+    content, buffers = message
+    values = np.frombuffer(buffers[0], dtype=np.float32)
+    lines, at = {}, 0
+    for panel, series, n in content["chunks"]:
+        lines[(panel, series)] = (values[at:at + n].tolist(), values[at + n:at + 2 * n].tolist())
+        at += 2 * n
+    assert at == len(values)
+    return content, lines
+
+
+def _size(message):
+    import json
+
+    content, buffers = message
+    return len(json.dumps(content)) + sum(len(b) for b in buffers)
+
+
+def test_feed_sends_only_new_points_and_nothing_when_nothing_changed():
+    from mwnotebook.frontend.chart.feed import LiveFeed
+
+    feed = LiveFeed(2)
+    for step in range(3):
+        for w in range(2):
+            feed.add(w, [{"step": step, "loss": 1.0 + w + step, "global_loss": 0.5 + step}])
+    content, lines = _decode(feed.message())
+    assert content["panels"] == [[0, "loss", "step", ""]]
+    assert lines[(0, 0)] == ([0, 1, 2], [1, 2, 3]) and lines[(0, 2)] == ([0, 1, 2], [0.5, 1.5, 2.5])
+    assert feed.message() is None
+    feed.add(1, [{"step": 3, "loss": 9.0}])
+    content, lines = _decode(feed.message())
+    assert lines == {(0, 1): ([3.0], [9.0])} and "panels" not in content
+    key, lines = _decode(feed.message(key=True))  # a key frame: everything so far
+    assert key["key"] is True and lines[(0, 1)][0] == [0, 1, 2, 3] and key["panels"]
+
+
+def test_feed_update_for_eight_fast_workers_stays_near_one_kilobyte():
+    from mwnotebook.frontend.chart.feed import LiveFeed
+
+    feed = LiveFeed(8)
+    sizes, step = [], 0
+    for _update in range(50):  # 1,000 steps/s per worker, 5 updates a second: 200 steps each
+        for w in range(8):
+            feed.add(w, [{"step": s, "kind": "batch", "epoch": s // 1000, "loss": 1 / (s + 1), "accuracy": 0.5,
+                          "global_loss": 1 / (s + 2), "global_accuracy": 0.5} for s in range(step, step + 200)])
+        step += 200
+        sizes.append(_size(feed.message()))
+    assert max(sizes[1:]) <= 2000, sizes  # the first one carries the panels' headers too
+    content, lines = _decode(feed.message(key=True))
+    assert content["epochs"] == [[0, 0], [1000, 1], [2000, 2], [3000, 3], [4000, 4], [5000, 5],
+                                 [6000, 6], [7000, 7], [8000, 8], [9000, 9]]
+    assert [p[3] for p in content["panels"]] == ["Keras' running mean over the epoch (restarts at each epoch mark)"] * 2
+
+
+class _Widget:
+    """Stands for the widget's comm: records what is sent and when it is closed."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def send(self, content, buffers):
+        self.log.append(("send", content, buffers))
+
+    def close(self):
+        self.log.append(("close",))
+
+
+def test_feed_memory_is_bounded_over_a_long_run_and_the_data_keep_every_point():
+    from mwnotebook.frontend.chart.feed import HISTORY_CAP, LiveFeed
+
+    sent: list = []
+    dash = Dashboard(8, max_updates_per_s=1e9)  # every event is an update: as many as possible
+    dash._widget = _Widget(sent)
+    for start in range(0, 100_000, 500):
+        for w in range(8):
+            dash(WorkerMetrics(w, tuple({"step": s, "loss": 1 / (s + 1)} for s in range(start, start + 500))))
+    feed: LiveFeed = dash._feed
+    assert all(len(line.hist_x) <= 2 * HISTORY_CAP for line in feed.lines.values())
+    assert len(sent) >= 1000 and max(_size(m[1:]) for m in sent if m[0] == "send") <= 2000
+    assert dash.store.point_count(3, "loss") == 100_000
+
+
+def test_nan_and_inf_are_gaps_with_one_note_and_text_values_are_left_out():
+    from mwnotebook.frontend.chart.feed import LiveFeed
+
+    feed = LiveFeed(2)
+    feed.add(0, [{"step": 0, "loss": 1.0}, {"step": 1, "loss": "NaN"}, {"step": 2, "loss": "Infinity"}])
+    feed.add(1, [{"step": 0, "loss": "oops"}])
+    content, lines = _decode(feed.message())
+    import math
+
+    assert lines[(0, 0)][0] == [0, 1, 2] and math.isnan(lines[(0, 0)][1][1]) and math.isinf(lines[(0, 0)][1][2])
+    assert (0, 1) not in lines
+    assert content["note"].startswith("worker 0 reported loss = nan at step 1")
+    feed.add(1, [{"step": 1, "loss": "NaN"}])
+    assert "note" not in feed.message()[0], "one note, not one per point"
+
+
+def test_epoch_only_metrics_get_an_epoch_panel():
+    from mwnotebook.frontend.chart.feed import LiveFeed
+
+    feed = LiveFeed(1)
+    feed.add(0, [{"step": 1, "kind": "batch", "epoch": 0, "global_loss": 0.7},
+                 {"step": 1, "kind": "epoch", "epoch": 0, "global_loss": 0.7, "global_val_loss": 0.6, "global_lr": 0.1}])
+    content, lines = _decode(feed.message())
+    assert [p[1:3] for p in content["panels"]] == [["loss", "step"], ["val_loss", "epoch"], ["lr", "epoch"]]
+    assert lines[(1, 1)] == ([1.0], [pytest.approx(0.6)])
+
+
+def test_at_the_end_the_static_copy_replaces_the_widget_which_is_then_closed():
+    dash = Dashboard(2)
+    updates = _shown(dash)
+    dash._widget = _Widget(updates)
+    dash(_metrics(0, 0, loss=1.0, accuracy=0.5))
+    assert [u[0] for u in updates] == ["send", "status"], "a live update sends points, not a picture"
+    dash.finish()
+    kinds = [u[0] for u in updates]
+    assert kinds[-3:] == ["chart", "status", "close"], kinds
+    figure = updates[-3][2]["application/vnd.plotly.v1+json"]
+    assert {t["name"] for t in figure["data"]} >= {"worker 0 (local loss)", "worker 0 (local accuracy)"}
+    assert dash._widget is None
+
+
+def test_the_end_state_of_a_long_eight_worker_run_stays_small():
+    import json
+
+    dash = Dashboard(8)
+    dash._widget = _Widget([])
+    for w in range(8):
+        dash(WorkerMetrics(w, tuple({"step": s, "loss": 1 / (s + 1) + w, "accuracy": 0.5, "global_loss": 0.3}
+                                    for s in range(20_000))))
+    dash.finish()
+    bundle = dash.static_bundle()
+    assert len(json.dumps(bundle)) <= 200_000, len(json.dumps(bundle))
+    assert len(dash.dataframe()) == 160_000
+
+
+def test_loss_is_the_first_panel_whatever_order_the_keys_come_in():
+    from mwnotebook.frontend.chart.feed import LiveFeed
+
+    for keys in (("accuracy", "loss", "lr"), ("lr", "global_loss", "accuracy")):
+        feed = LiveFeed(1)
+        feed.add(0, [{"step": 0, **{k: 1.0 for k in keys}}])
+        names = [p[1] for p in feed.message()[0]["panels"]]
+        assert names[0] == "loss" and names[-1] == "lr", names
+
+
+def test_a_restart_keeps_one_run_along_the_x_axis_and_marks_where_it_went_on():
+    """--max-restarts: the resumed attempt redoes steps 4-5 after resuming from a backup at step 4.
+    The widget's lines forget the lost attempt's points from there (a key frame tells the page), the
+    store's series too, and the restart is marked at the step where the run went on."""
+    import numpy as np
+
+    from mwnotebook.frontend.chart.feed import LiveFeed
+    from mwnotebook.shared.events import RunRestarted
+    from mwnotebook.shared.metrics import MetricsStore
+
+    feed, store = LiveFeed(1), MetricsStore()
+    first = [{"worker": 0, "step": s, "loss": 1.0 / s} for s in range(1, 6)]
+    rows, columns = store.add_batch(0, first)
+    feed.add_columns(0, rows, columns)
+    assert feed.message() is not None
+    store.add_restart("worker 0 died (SIGKILL)")
+    feed.restart()
+    again = [{"worker": 0, "step": s, "loss": 0.5 / s} for s in range(4, 7)]
+    rows, columns = store.add_batch(0, again)
+    feed.add_columns(0, rows, columns)
+    content, buffers = feed.message()
+    assert content["key"] is True and content["restarts"] == [4.0]
+    floats = np.frombuffer(buffers[0], dtype=np.float32)
+    [(panel, index, n)] = content["chunks"]
+    xs = floats[:n].tolist()
+    assert xs == sorted(xs) and xs == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    steps, _ = store.local_series(0, "loss")
+    assert steps.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    [mark] = store.restart_marks()
+    assert mark.step == 4.0 and mark.replaced_points == 2
+
+    board = Dashboard(1)
+    board(WorkerMetrics(worker=0, records=tuple(first)))
+    board(RunRestarted(cause="worker 0 died (SIGKILL)", worker=0, restart=1, max_restarts=3))
+    assert len(board._store.restart_marks()) == 1

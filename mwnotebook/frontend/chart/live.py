@@ -1,36 +1,49 @@
-"""The live dashboard of one cluster run: a status table and a per-worker chart, fed by events.
+"""The live dashboard of one cluster run: a status table and a live chart of every metric, fed by events.
 
-Both are plain displays updated in place (``update_display_data``), not widgets: the chart is an SVG
-picture of a few kilobytes while training runs, and becomes plotly's interactive chart when the run
-ends (:meth:`Dashboard.finish`, the same display). Measured in JupyterLab + headless Chromium
-(``benchmarks/chart_in_browser.py``, table in benchmarks/README.md): plotly's ``FigureWidget`` sends
-all of plotly.js (5 MB) in its ``comm_open`` for every chart, the browser runs it on its main thread
-(seconds on a loaded machine) and JupyterLab handles a kernel's messages in order, so every worker's
-progress line stood still behind it; then each widget update cost 50-160 ms of redrawing, 5 times
-a second. The SVG display is drawn ~40 ms after it is sent and leaves the progress lines alone.
+In a notebook the chart is a widget (:mod:`mwnotebook.frontend.chart.widget`: anywidget + uPlot,
+one per cell, made at the first metric): interaction lives in the page, and each update carries
+only the new points, a few per line (:mod:`mwnotebook.frontend.chart.feed`), at most
+``max_updates_per_s`` times a second. When the run ends (:meth:`Dashboard.finish`) the same display
+becomes the static copy (plotly JSON + SVG picture, every metric) and the widget is closed, so a
+saved notebook holds no widget state. Where no widget can be drawn (terminal IPython, the
+JavaScript not built) the chart is the SVG picture, updated in place. Why not plotly's
+``FigureWidget``: its ``comm_open`` carried all of plotly.js (5 MB) for every chart and held up the
+page's other output for seconds (``benchmarks/chart_in_browser.py``, benchmarks/README.md).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from mwnotebook.frontend.chart.plotly_figure import as_plotly_figure, figure_dict
-from mwnotebook.frontend.chart.series import ChartSeries, chart_series, worker_series_name
+from mwnotebook.frontend.chart.feed import LiveFeed
+from mwnotebook.frontend.chart.panels import ChartPanel, chart_panels
+from mwnotebook.frontend.chart.plotly_figure import as_plotly_figure, panels_figure_dict
+from mwnotebook.frontend.chart.series import GLOBAL_COLOUR, trace_colour, worker_series_name
 from mwnotebook.frontend.chart.static_copy import static_bundle
 from mwnotebook.frontend.chart.status import StatusBoard, WorkerStatus
-from mwnotebook.frontend.chart.svg import svg_chart
+from mwnotebook.frontend.chart.svg import svg_panels
 from mwnotebook.frontend.chart.throttle import Throttle
-from mwnotebook.shared.events import Event, WorkerMetrics, WorkerStateChanged
+from mwnotebook.frontend.chart.widget import in_widget_kernel, new_widget, widget_bundle, widget_unavailable
+from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics, WorkerStateChanged
 from mwnotebook.shared.metrics import MetricsStore
 
 log = logging.getLogger(__name__)
 
 #: Points per line of the live picture (the picture is 720 pixels wide; more would not show).
 LIVE_POINTS = 600
+#: About the most bytes the end state's bundle may take (it is also what the saved notebook keeps).
+STATIC_BYTES = 150_000
+#: Seconds after the widget is made during which an update every KEY_FRAME_EVERY seconds is a key
+#: frame (see feed.py): the page's view is complete if the widget's module loaded within this time.
+KEY_FRAME_SECONDS = 2.5
+KEY_FRAME_EVERY = 0.5
+_warned: set[str] = set()
 
 _LAST: Dashboard | None = None
 
@@ -51,7 +64,7 @@ class Dashboard:
 
     def __init__(self, num_workers: int, *, metric: str = "loss", max_points: int = 2000,
                  max_updates_per_s: float = 5.0, title: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, use_widget: bool | None = None) -> None:
         if num_workers < 1:
             raise ValueError("num_workers must be at least 1")
         self.num_workers = num_workers
@@ -61,11 +74,19 @@ class Dashboard:
         self._store = MetricsStore()
         self._board = StatusBoard(num_workers, metric)
         self._throttle = Throttle(self._push, max_updates_per_s, self._lock, clock)
+        self._clock = clock
         self._finished = False
         self._chart_handle: Any = None
         self._status_handle: Any = None
         self._title = title or f"{metric} per worker"
-        self._shown: list[ChartSeries] = self._series()  # what the chart shows now
+        self._feed = LiveFeed(num_workers)
+        self._use_widget = use_widget
+        self._widget: Any = None
+        self._widget_made = 0.0
+        self._last_key = -math.inf
+        #: Bytes of each widget update (JSON content + buffer), for budget checks.
+        self.message_bytes: list[int] = []
+        self._shown: list[ChartPanel] | None = self._panels()  # what the picture shows now
         self.events_seen = 0
         global _LAST
         _LAST = self
@@ -76,11 +97,15 @@ class Dashboard:
         with self._lock:
             self.events_seen += 1
             if isinstance(event, WorkerMetrics):
-                self._store.add(event.worker, event.records)
+                rows, columns = self._store.add_batch(event.worker, event.records)
                 self._board.on_metrics(event)
+                self._feed.add_columns(event.worker, rows, columns)
             elif isinstance(event, WorkerStateChanged):
                 if not self._board.on_state(event):
                     return
+            elif isinstance(event, RunRestarted):  # one run along the x-axis, the restart marked
+                self._store.add_restart(event.cause, time=event.lost_at, restart_seconds=event.restart_seconds)
+                self._feed.restart()
             else:
                 return
             if not self._finished:  # after finish, late events only add to the data
@@ -92,36 +117,73 @@ class Dashboard:
             self._throttle.flush()
 
     # -- what is shown -----------------------------------------------------------------------
-    def _series(self, max_points: int | None = None) -> list[ChartSeries]:
+    def _names(self) -> list[str]:
+        """Legend names per worker, ``{metric}`` left to fill in (a failed worker says so)."""
         names = []
         for w in range(self.num_workers):
             status = self._board.status_for(w)
-            names.append(worker_series_name(w, self.metric, status.error if status.state == "failed" else None))
-        return chart_series(self._store, self.metric, self.num_workers,
-                            max_points=max_points or self.max_points, names=names)
+            error = status.error.replace("{", "{{").replace("}", "}}") if status.state == "failed" else None
+            names.append(worker_series_name(w, "{metric}", error))
+        return names
+
+    def _panels(self, max_points: int | None = None) -> list[ChartPanel]:
+        notes = {key: panel.note for key, panel in self._feed.panels.items()}
+        return chart_panels(self._store, self.num_workers, self.metric,
+                            max_points=max_points or self.max_points, names=self._names(), notes=notes)
+
+    def _static_points(self) -> int:
+        """Points per line of the end state, so that it stays under ~150 kB however many workers and
+        metrics (each point is in it four times: plotly JSON twice, the SVG twice; ~56 bytes)."""
+        lines = max(1, sum(1 for key in self._feed.lines))
+        return max(100, min(self.max_points, STATIC_BYTES // (56 * lines)))
+
+    def _epochs(self) -> list[tuple[float, int]]:
+        return sorted((step, epoch) for epoch, step in self._feed.epochs.items())
 
     def _push(self) -> None:
         """One frontend update: the chart (its static copy once finished) and the status table."""
         try:
             if self._finished:
-                self._shown = self._series()
-                chart = self.static_bundle(self._shown)
+                self._shown = self._panels(self._static_points())
+                chart: dict[str, Any] | None = self.static_bundle(self._shown)
+            elif self._widget is not None:
+                chart = None
+                self._send_points()
             else:
-                self._shown = self._series(min(LIVE_POINTS, self.max_points))
+                self._shown = self._panels(min(LIVE_POINTS, self.max_points))
                 chart = self.live_chart_bundle(self._shown)
-            if self._chart_handle is not None:
+            if self._chart_handle is not None and chart is not None:
                 self._chart_handle.update(chart, raw=True)
             if self._status_handle is not None:
                 self._status_handle.update(self.status_bundle(), raw=True)
+            if self._finished and self._widget is not None:
+                self._widget.close()  # after the static copy took its place: nothing of it is saved
+                self._widget = None
         except Exception:  # a broken display must never break the training run
             log.exception("mwnotebook dashboard update failed")
 
-    def live_chart_bundle(self, series: list[ChartSeries] | None = None) -> dict[str, Any]:
-        """The chart while the run goes on: an SVG picture in HTML, which the browser swaps in a few
-        milliseconds (plotly's chart would be drawn anew each time)."""
-        if series is None:
-            series = self._series(min(LIVE_POINTS, self.max_points))
-        svg = svg_chart(series, self._title, self.metric)
+    def _send_points(self) -> None:
+        names = [f"worker {w}" for w in range(self.num_workers)] + ["global"]
+        for w in range(self.num_workers):
+            status = self._board.status_for(w)
+            if status.state == "failed":
+                names[w] += f" (failed: {status.error or 'error'})"
+        self._feed.set_names(names)
+        now = self._clock()
+        key = now - self._widget_made < KEY_FRAME_SECONDS and now - self._last_key >= KEY_FRAME_EVERY
+        if key:
+            self._last_key = now
+        message = self._feed.message(key=key)
+        if message is not None:
+            content, buffers = message
+            self._widget.send(content, buffers)
+            self.message_bytes.append(len(json.dumps(content)) + sum(len(b) for b in buffers))
+
+    def live_chart_bundle(self, panels: list[ChartPanel] | None = None) -> dict[str, Any]:
+        """The picture while the run goes on where no widget can be drawn: an SVG picture in HTML."""
+        if panels is None:
+            panels = self._panels(min(LIVE_POINTS, self.max_points))
+        svg = svg_panels(panels, self._title, epochs=self._epochs())
         return {"text/html": f"<div class='mw-live-chart'>{svg}</div>",
                 "text/plain": f"{self._title} (live)"}
 
@@ -130,15 +192,17 @@ class Dashboard:
 
     @property
     def figure(self) -> Any:
-        """A plotly ``go.Figure`` of the chart as last sent to the frontend (downsampled traces: at
-        most :data:`LIVE_POINTS` per line while the run goes on, ``max_points`` once finished)."""
+        """A plotly ``go.Figure`` of every panel as last drawn as a picture (downsampled traces: at
+        most :data:`LIVE_POINTS` per line while the run goes on, ``max_points`` once finished); with
+        the live widget, as the data are now."""
         with self._lock:
-            return as_plotly_figure(figure_dict(self._shown, self._title, self.metric))
+            panels = self._shown if self._widget is None and self._shown is not None else self._panels()
+            return as_plotly_figure(panels_figure_dict(panels, self._title, self._epochs()))
 
     def static_figure(self) -> Any:
         """A plain ``go.Figure`` copy of the chart as it is now (downsampled traces)."""
         with self._lock:
-            return as_plotly_figure(figure_dict(self._series(), self._title, self.metric))
+            return as_plotly_figure(panels_figure_dict(self._panels(), self._title, self._epochs()))
 
     # -- status table ------------------------------------------------------------------------
     def status_rows(self) -> list[dict[str, Any]]:
@@ -165,6 +229,19 @@ class Dashboard:
 
         with self._lock:
             self._status_handle = display(self.status_bundle(), raw=True, display_id=True)
+            if self._use_widget is not False and in_widget_kernel():
+                reason = widget_unavailable()
+                if reason is None:
+                    colours = [trace_colour(w) for w in range(self.num_workers)] + [GLOBAL_COLOUR]
+                    names = [f"worker {w}" for w in range(self.num_workers)] + ["global"]
+                    self._widget = new_widget(f"live curves, {self.num_workers} workers", names, colours)
+                    self._widget_made = self._clock()
+                    self._chart_handle = display(widget_bundle(self._widget, f"{self._title} (live)"),
+                                                 raw=True, display_id=True)
+                    return
+                if reason not in _warned:
+                    _warned.add(reason)
+                    log.warning("mwnotebook: no live chart widget, a picture instead: %s", reason)
             self._chart_handle = display(self.live_chart_bundle(), raw=True, display_id=True)
 
     def finish(self, result: Any = None) -> None:
@@ -175,19 +252,20 @@ class Dashboard:
             self._finished = True
             self._throttle.flush(force=True)
 
-    def static_bundle(self, series: list[ChartSeries] | None = None) -> dict[str, Any]:
+    def static_bundle(self, panels: list[ChartPanel] | None = None) -> dict[str, Any]:
         """MIME bundle of the final chart (see :mod:`mwnotebook.frontend.chart.static_copy`)."""
         with self._lock:
-            if series is None:
-                series = self._series()
+            if panels is None:
+                panels = self._panels(self._static_points())
             box = f"mw-chart-{id(self):x}-{len(self.update_times)}"
-            return static_bundle(figure_dict(series, self._title, self.metric),
-                                 svg_chart(series, self._title, self.metric), self.status_text(), box)
+            epochs = self._epochs()
+            return static_bundle(panels_figure_dict(panels, self._title, epochs),
+                                 svg_panels(panels, self._title, epochs=epochs), self.status_text(), box)
 
     def svg(self, width: int = 720, height: int = 320) -> str:
         """The chart as a small self-contained SVG picture (no plotly.js needed to view it)."""
         with self._lock:
-            return svg_chart(self._series(), self._title, self.metric, width, height)
+            return svg_panels(self._panels(), self._title, width, height, self._epochs())
 
     # -- data ----------------------------------------------------------------------------------
     @property

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from mwnotebook.frontend.chart.panels import ChartPanel
 from mwnotebook.frontend.chart.series import ChartSeries, chart_series
 from mwnotebook.shared.metrics import MetricsStore
 
@@ -19,7 +20,7 @@ def figure_dict(series: Sequence[ChartSeries], title: str, metric: str) -> dict[
         if s.dash:
             line["dash"] = "dot"
         data.append({"type": "scatter", "mode": "lines", "name": s.name, "x": list(s.x),
-                     "y": [v if math.isfinite(v) else None for v in s.y],
+                     "y": [float(f"{v:.6g}") if math.isfinite(v) else None for v in s.y],
                      "line": line, "visible": s.visible})
     layout = {
         "title": {"text": title},
@@ -32,6 +33,49 @@ def figure_dict(series: Sequence[ChartSeries], title: str, metric: str) -> dict[
                                 "xaxis": {"gridcolor": "#EBF0F8", "zeroline": False},
                                 "yaxis": {"gridcolor": "#EBF0F8", "zeroline": False}}},
     }
+    return {"data": data, "layout": layout}
+
+
+def _epoch_shapes(panel: ChartPanel, suffix: str, epochs: Sequence[tuple[float, int]]) -> list[dict[str, Any]]:
+    if panel.axis != "step":
+        return []
+    return [{"type": "line", "xref": f"x{suffix}", "yref": f"y{suffix} domain", "x0": step, "x1": step,
+             "y0": 0, "y1": 1, "line": {"color": "#999", "width": 1, "dash": "dot"}}
+            for step, epoch in epochs if epoch > 0]
+
+
+def panels_figure_dict(panels: Sequence[ChartPanel], title: str,
+                       epochs: Sequence[tuple[float, int]] = ()) -> dict[str, Any]:
+    """Every panel as a subplot, stacked, sharing one legend (a legend click hides a worker in every
+    panel), epochs as dotted lines, each panel titled with what it draws. One panel:
+    :func:`figure_dict` plus the epochs."""
+    if len(panels) == 1:
+        figure = figure_dict(panels[0].series, title + (f" ({panels[0].note})" if panels[0].note else ""),
+                             panels[0].metric)
+        figure["layout"]["xaxis"]["title"]["text"] = panels[0].axis
+        figure["layout"]["shapes"] = _epoch_shapes(panels[0], "", epochs)
+        return figure
+    n, gap = len(panels), 0.06
+    data: list[dict[str, Any]] = []
+    layout = figure_dict([], title, "")["layout"]
+    layout["height"] = 260 * n + 90
+    layout["shapes"], layout["annotations"] = [], []
+    for i, panel in enumerate(panels):
+        suffix = "" if i == 0 else str(i + 1)
+        top = 1 - i / n
+        layout[f"xaxis{suffix}"] = {"title": {"text": panel.axis}, "anchor": f"y{suffix}",
+                                    "domain": [0, 1], "gridcolor": "#EBF0F8"}
+        layout[f"yaxis{suffix}"] = {"title": {"text": panel.metric}, "anchor": f"x{suffix}",
+                                    "domain": [top - 1 / n + gap, top], "gridcolor": "#EBF0F8"}
+        layout["shapes"] += _epoch_shapes(panel, suffix, epochs)
+        layout["annotations"].append({"text": panel.metric + (f" - {panel.note}" if panel.note else ""),
+                                      "xref": "paper", "yref": "paper", "x": 0, "y": top, "xanchor": "left",
+                                      "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
+        for index, trace in enumerate(figure_dict(panel.series, title, panel.metric)["data"]):
+            trace.update(xaxis=f"x{suffix}", yaxis=f"y{suffix}", legendgroup=f"series{index}",
+                         showlegend=i == 0)
+            data.append(trace)
+    layout["legend"] = {"orientation": "h", "y": -0.4 / n}
     return {"data": data, "layout": layout}
 
 

@@ -70,7 +70,8 @@ class StatusBoard:
         self.run_states.progressed(event.worker)
         status.state = self.run_states.state(event.worker)
         gkey = global_key(self.metric)
-        for record in event.records:
+        # only the last records count (the step, the last value, the recent rate's 64 stamps)
+        for record in event.records[-(status.recent.maxlen or 64):]:
             if not is_step_record(record):
                 continue
             step = as_float(record.get("step"))

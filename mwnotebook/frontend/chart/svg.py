@@ -9,15 +9,39 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mwnotebook.frontend.chart.panels import ChartPanel
 from mwnotebook.frontend.chart.series import ChartSeries
 
 _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 60, 15, 30, 60
 
 
+def _marks(panel: ChartPanel, epochs: Sequence[tuple[float, int]]) -> list[tuple[float, str]]:
+    return [(step, f"epoch {epoch + 1}") for step, epoch in epochs if epoch > 0] if panel.axis == "step" else []
+
+
+def svg_panels(panels: Sequence[ChartPanel], title: str, width: int = 720, height: int = 320,
+               epochs: Sequence[tuple[float, int]] = ()) -> str:
+    """Every panel's picture stacked in one SVG (one ``<g>`` per panel), the run's title on the first."""
+    if len(panels) == 1:
+        p = panels[0]
+        return svg_chart(p.series, title, p.metric, width, height, xlabel=p.axis, marks=_marks(p, epochs))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height * len(panels)}" '
+             f'viewBox="0 0 {width} {height * len(panels)}" font-family="sans-serif" font-size="11">']
+    for i, p in enumerate(panels):
+        name = p.metric + (f" ({p.note})" if p.note else "")
+        inner = svg_chart(p.series, name if i else f"{title}: {name}", p.metric, width, height, xlabel=p.axis,
+                          marks=_marks(p, epochs))
+        inner = inner[inner.index(">") + 1: inner.rindex("</svg>")]
+        parts.append(f'<g class="mw-panel" data-metric="{html.escape(p.metric)}" '
+                     f'transform="translate(0,{i * height})">{inner}</g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def svg_chart(series: Sequence[ChartSeries], title: str, metric: str, width: int = 720,
-              height: int = 320) -> str:
-    """Line chart: one polyline per visible series (class ``mw-series``, ``data-name``), axes, legend.
-    Non-finite values are left out, not drawn at 0."""
+              height: int = 320, xlabel: str = "step", marks: Sequence[tuple[float, str]] = ()) -> str:
+    """Line chart: one polyline per visible series (class ``mw-series``, ``data-name``), axes, legend,
+    dashed vertical ``marks`` (x, label: the epochs). Non-finite values are left out, not drawn at 0."""
     shown = [s for s in series if s.visible]
     left, right, top, bottom = _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM
     arrays = []
@@ -55,9 +79,14 @@ def svg_chart(series: Sequence[ChartSeries], title: str, metric: str, width: int
         xv, yv = x0 + (x1 - x0) * i / 4, y0 + (y1 - y0) * i / 4
         parts.append(f'<text x="{px(xv):.1f}" y="{top + plot_h + 14}" text-anchor="middle">{xv:.4g}</text>')
         parts.append(f'<text x="{left - 4}" y="{py(yv) + 4:.1f}" text-anchor="end">{yv:.3g}</text>')
-    parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{top + plot_h + 30}" text-anchor="middle">step</text>')
+    parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{top + plot_h + 30}" text-anchor="middle">{esc(xlabel)}</text>')
     parts.append(f'<text x="14" y="{top + plot_h / 2:.0f}" transform="rotate(-90 14 {top + plot_h / 2:.0f})" '
                  f'text-anchor="middle">{esc(metric)}</text>')
+    for x, label in marks:
+        if x0 < x <= x1:
+            parts.append(f'<path class="mw-mark" d="M{px(x):.1f},{top} V{top + plot_h}" stroke="#999" '
+                         f'stroke-dasharray="3 3"/><text x="{px(x) + 3:.1f}" y="{top + 10}" '
+                         f'fill="#666">{esc(label)}</text>')
     legend_x = left
     for s, (xs, ys) in zip(shown, arrays):
         points = polyline_points(xs, ys)

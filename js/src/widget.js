@@ -1,0 +1,203 @@
+// The live chart of a %%mwtrain cell: an anywidget module (mwnotebook/frontend/chart/widget.py).
+// Everything interactive happens here, in the page: a busy kernel hears nothing from the page until
+// its cell ends. The view state is on the root element for tests and curious users:
+// `el.querySelector(".mw-live-widget").mwView()` and its data-mw-* attributes.
+
+import uplotCss from "uplot/dist/uPlot.min.css";
+import { Panel } from "./panel.js";
+import { Store } from "./store.js";
+
+const CSS = `
+.mw-live-widget{font:12px sans-serif;color:#222;background:#fff;padding:4px 0}
+.mw-live-widget .mw-bar{display:flex;gap:14px;align-items:center;flex-wrap:wrap;margin:2px 0 4px}
+.mw-live-widget .mw-title{font-weight:bold;font-size:13px}
+.mw-live-widget .mw-legend{display:flex;gap:6px;flex-wrap:wrap;margin:2px 0}
+.mw-live-widget .mw-chip{cursor:pointer;border:1px solid #ccc;border-radius:3px;padding:1px 6px;user-select:none}
+.mw-live-widget .mw-chip.mw-off{opacity:.35;text-decoration:line-through}
+.mw-live-widget .mw-chip i{display:inline-block;width:14px;height:3px;margin:0 4px 3px 0;vertical-align:middle}
+.mw-live-widget .mw-readout{min-height:16px;font-family:monospace;white-space:pre-wrap;color:#333}
+.mw-live-widget .mw-panels{display:flex;flex-wrap:wrap;gap:8px}
+.mw-live-widget .mw-panel-title{font-size:12px;margin-left:8px;color:#333}
+.mw-live-widget .mw-notes{color:#a33;margin-top:2px}
+`;
+
+let views = 0;
+
+class View {
+  constructor(model, store, el) {
+    this.model = model;
+    this.store = store;
+    this.syncKey = `mw-${++views}-`;
+    this.hidden = new Set();
+    this.log = false;
+    this.smoothing = 0;
+    this.zooms = new Map();
+    this.panels = new Map();
+    this.hoverState = null;
+    this.root = document.createElement("div");
+    this.root.className = "mw-live-widget";
+    this.root.mwView = () => this.state();
+    el.appendChild(this.root);
+    const style = document.createElement("style");
+    style.textContent = uplotCss + CSS;
+    this.root.appendChild(style);
+    this.bar = this.element("div", "mw-bar");
+    const title = this.element("span", "mw-title", this.bar);
+    title.textContent = model.get("title");
+    this.logBox = this.control("checkbox", "log scale", () => { this.log = this.logBox.checked; this.rebuild(); });
+    this.smoothBox = this.control("range", "smoothing", () => {
+      this.smoothing = Number(this.smoothBox.value);
+      this.smoothLabel.textContent = this.smoothing.toFixed(2);
+      this.rebuild();
+    });
+    Object.assign(this.smoothBox, {min: "0", max: "0.99", step: "0.01", value: "0"});
+    this.smoothLabel = this.element("span", "mw-smooth-value", this.bar);
+    this.smoothLabel.textContent = "0.00";
+    this.follow = this.element("span", "mw-follow", this.bar);
+    this.legend = this.element("div", "mw-legend");
+    this.readout = this.element("div", "mw-readout");
+    this.panelBox = this.element("div", "mw-panels");
+    this.notes = this.element("div", "mw-notes");
+    this.pending = false;
+    this.onData = () => this.schedule();
+    store.listeners.add(this.onData);
+    this.resizer = new ResizeObserver(() => { for (const p of this.panels.values()) p.resize(); });
+    this.resizer.observe(this.root);
+    this.draw();
+  }
+
+  element(tag, cls, parent) {
+    const e = document.createElement(tag);
+    e.className = cls;
+    (parent || this.root).appendChild(e);
+    return e;
+  }
+
+  control(type, label, onChange) {
+    const wrap = this.element("label", "mw-control", this.bar);
+    const input = document.createElement("input");
+    input.type = type;
+    input.className = "mw-" + label.replace(" ", "-");
+    input.addEventListener("input", onChange);
+    wrap.appendChild(input);
+    wrap.appendChild(document.createTextNode(" " + label));
+    return input;
+  }
+
+  get names() { return this.store.names.length ? this.store.names : this.model.get("names"); }
+
+  colour(s) { const c = this.model.get("colours"); return c[s % c.length]; }
+
+  panelWidth() {
+    const width = this.root.clientWidth || 720;
+    const cols = width >= 980 ? 2 : 1;
+    return Math.max(280, Math.floor((width - 8 * (cols - 1)) / cols) - 4);
+  }
+
+  zoomed(axis) { return this.zooms.get(axis) || null; }
+
+  zoom(axis, lo, hi) {
+    if (!(hi > lo)) return;
+    this.zooms.set(axis, [lo, hi]);
+    this.draw();
+  }
+
+  resetZoom(axis) { this.zooms.delete(axis); this.draw(); }
+
+  toggle(s) {
+    if (this.hidden.has(s)) this.hidden.delete(s); else this.hidden.add(s);
+    for (const p of this.panels.values()) p.applyVisibility();
+    this.drawLegend();
+    this.publish();
+  }
+
+  showHover(h) {
+    this.hoverState = h;
+    this.readout.textContent = h
+      ? `${h.metric} at ${h.axis} ${Number(h.x.toFixed(3))}:  ` + h.rows.map((r) => `${r.name} ${r.text}`).join("  |  ")
+      : "";
+    this.root.dataset.mwHover = h ? JSON.stringify(h) : "";
+  }
+
+  schedule() {
+    if (this.pending) return;
+    this.pending = true;
+    requestAnimationFrame(() => { this.pending = false; this.draw(); });
+  }
+
+  rebuild() { for (const p of this.panels.values()) p.build(); this.publish(); }
+
+  draw() {
+    for (const id of [...this.store.panels.keys()].sort((a, b) => a - b)) {
+      if (!this.panels.has(id)) this.panels.set(id, new Panel(this.panelBox, this.store, id, this));
+      else this.panels.get(id).refresh();
+    }
+    this.drawLegend();
+    this.notes.textContent = this.store.nanNote;
+    this.follow.textContent = this.zooms.size ? "zoomed (double-click to reset)" : "following the latest step";
+    this.publish();
+  }
+
+  drawLegend() {
+    const names = this.names, key = names.join("|") + [...this.hidden].join(",");
+    if (this.legend.dataset.key === key) return;
+    this.legend.dataset.key = key;
+    this.legend.textContent = "";
+    names.forEach((name, s) => {
+      const chip = this.element("span", "mw-chip" + (this.hidden.has(s) ? " mw-off" : ""), this.legend);
+      chip.dataset.series = String(s);
+      const swatch = document.createElement("i");
+      swatch.style.background = this.colour(s);
+      chip.appendChild(swatch);
+      chip.appendChild(document.createTextNode(name));
+      chip.title = "click to hide or show";
+      chip.addEventListener("click", () => this.toggle(s));
+    });
+  }
+
+  publish() {
+    const d = this.root.dataset;
+    d.mwPanels = String(this.panels.size);
+    d.mwLog = this.log ? "1" : "0";
+    d.mwSmoothing = String(this.smoothing);
+    d.mwHidden = [...this.hidden].sort().join(",");
+    d.mwZoomed = this.zooms.size ? "1" : "0";
+    d.mwSeq = String(this.store.lastSeq);
+    d.mwMissed = String(this.store.missed);
+  }
+
+  state() {
+    return {panels: [...this.panels.values()].map((p) => p.state()), hidden: [...this.hidden].sort(),
+            log: this.log, smoothing: this.smoothing, hover: this.hoverState, names: this.names,
+            seq: this.store.lastSeq, missed: this.store.missed, messages: this.store.messages,
+            bytes: this.store.bytes, times: this.store.times.slice(), note: this.store.nanNote, epochs: [...this.store.epochs.entries()], restarts: this.store.restarts.slice()};
+  }
+
+  destroy() {
+    this.store.listeners.delete(this.onData);
+    this.resizer.disconnect();
+    for (const p of this.panels.values()) p.plot.destroy();
+  }
+}
+
+// initialize() and render() get different proxies of one model: share its store by the chart's id.
+const stores = new Map();
+
+function storeOf(model) {
+  const id = model.get("chart_id");
+  let store = stores.get(id);
+  if (!store) { store = new Store(); stores.set(id, store); }
+  return store;
+}
+
+export default {
+  initialize({ model }) {
+    const store = storeOf(model);
+    model.on("msg:custom", (msg, buffers) => store.handle(msg, buffers));
+    return () => stores.delete(model.get("chart_id"));
+  },
+  render({ model, el }) {
+    const view = new View(model, storeOf(model), el);
+    return () => view.destroy();
+  },
+};

@@ -1,0 +1,147 @@
+"""Driving a notebook page with the live chart widget: cells, the widget's view state, websocket frames.
+
+Works in JupyterLab 4 and Notebook 7 (both draw cells with the same ``.jp-*`` components).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+WIDGET = ".mw-live-widget"
+
+STATE = """(cell) => {
+  const el = document.querySelectorAll('.jp-Notebook .jp-Cell')[cell].querySelector('.mw-live-widget');
+  return el ? el.mwView() : null;
+}"""
+
+
+def prompts(page) -> list[str]:
+    return page.eval_on_selector_all(".jp-Notebook .jp-Cell .jp-InputPrompt", "els => els.map(e => e.textContent)")
+
+
+def run_cell(page, index: int, deadline_s: float = 90.0, retry_s: float = 8.0) -> None:
+    """Run cell ``index``; wait until the kernel took it (its prompt shows ``*`` or a number). A run
+    before the kernel is connected is dropped silently, so retry (idempotent cells only: a long
+    ``retry_s`` for the others)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        dismiss_dialog(page)
+        page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").nth(index).click()
+        page.keyboard.press("Shift+Enter")
+        tried = time.monotonic()
+        while time.monotonic() - tried < retry_s:
+            prompt = prompts(page)[index]
+            if "*" in prompt or any(ch.isdigit() for ch in prompt):
+                return
+            time.sleep(0.2)
+    raise AssertionError(f"cell {index} never started; prompts: {prompts(page)}")
+
+
+def dismiss_dialog(page) -> None:
+    """Accept a dialog the page opened (e.g. the kernel choice, shown when the server is slow to list
+    kernels), saying what it was."""
+    dialog = page.locator(".jp-Dialog")
+    if dialog.count():
+        log.warning("dialog in the page: %s", dialog.first.inner_text()[:300])
+        page.locator(".jp-Dialog .jp-mod-accept").first.click()
+        time.sleep(0.5)
+
+
+def cell_done(page, index: int) -> bool:
+    return any(ch.isdigit() for ch in prompts(page)[index])
+
+
+def cell_text(page, index: int) -> str:
+    return page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea").inner_text()
+
+
+def state(page, cell: int) -> dict[str, Any] | None:
+    return page.evaluate(STATE, cell)
+
+
+def wait_state(page, cell: int, check, timeout_s: float, what: str) -> dict[str, Any]:
+    """Poll the widget's view state until ``check(state)``; hang bound only (a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = state(page, cell)
+        if last is not None and check(last):
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not seen in {timeout_s} s; last state: {last}")
+
+
+def panel(st: dict[str, Any], metric: str) -> dict[str, Any]:
+    for p in st["panels"]:
+        if p["metric"] == metric:
+            return p
+    raise AssertionError(f"no {metric} panel in {[p['metric'] for p in st['panels']]}")
+
+
+def overlay_box(page, cell: int, metric: str) -> dict[str, float]:
+    over = page.locator(".jp-Notebook .jp-Cell").nth(cell).locator(f".mw-panel[data-metric='{metric}'] .u-over")
+    over.scroll_into_view_if_needed(timeout=10_000)  # the notebook scrolls inside its own panel
+    box = over.bounding_box()
+    assert box is not None, f"no {metric} panel drawn"
+    return box
+
+
+@dataclass
+class Frames:
+    """Every websocket frame the page received: (time.time(), size, text of its JSON parts)."""
+
+    frames: list[tuple[float, int, str]] = field(default_factory=list)
+
+    def attach(self, page) -> None:
+        def on_socket(ws) -> None:
+            ws.on("framereceived", lambda payload: self._add(payload))
+
+        page.on("websocket", on_socket)
+
+    def _add(self, payload: Any) -> None:
+        data = payload.encode() if isinstance(payload, str) else bytes(payload)
+        self.frames.append((time.time(), len(data), data.decode("latin-1")))
+
+    def widget_open(self) -> tuple[float, int, str]:
+        """The live chart's ``comm_open`` (time, size, comm id)."""
+        for stamp, size, text in self.frames:
+            if "comm_open" in text and "chart_id" in text:
+                comm = re.search(r'"comm_id":\s*"([0-9a-f]+)"', text)
+                assert comm, text[:500]
+                return stamp, size, comm.group(1)
+        raise AssertionError("no comm_open of the live chart on the websocket")
+
+    def updates(self, comm_id: str) -> list[int]:
+        """Sizes of the frames that carried the chart's custom messages (its updates)."""
+        return [size for _t, size, text in self.frames
+                if comm_id in text and "comm_msg" in text and re.search(r'"method":\s*"custom"', text)]
+
+    def closed(self, comm_id: str) -> bool:
+        """Whether the kernel closed the chart's comm (nothing of the widget is left to save)."""
+        return any(comm_id in text and "comm_close" in text for _t, _s, text in self.frames)
+
+    def budget(self, since: float, until: float) -> dict[str, Any]:
+        opened, first, comm = self.widget_open()
+        sizes = self.updates(comm)
+        during = [size for t, size, _ in self.frames if since <= t <= until]
+        return {"first_message_bytes": first, "updates": len(sizes),
+                "median_update_bytes": statistics.median(sizes) if sizes else None,
+                "largest_update_bytes": max(sizes, default=None),
+                "largest_frame_bytes_during_run": max(during, default=None), "frames_during_run": len(during),
+                "comm_open_time": opened}
+
+
+def screenshot(page, cell: int, path, what: str = ".jp-OutputArea") -> None:
+    """The cell's outputs, or ``what`` in them (an artifact, never the verdict)."""
+    outputs = page.locator(".jp-Notebook .jp-Cell").nth(cell).locator(what).first
+    try:
+        outputs.scroll_into_view_if_needed(timeout=5000)
+        outputs.screenshot(path=str(path), timeout=10_000)
+    except Exception:
+        page.screenshot(path=str(path))
