@@ -16,6 +16,7 @@ import nbformat
 import pytest
 
 from .conftest import Lab
+from .widget_page import click_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 
@@ -105,7 +106,8 @@ def _run_cell(page, index: int, deadline_s: float = 90.0, retry_s: float = 8.0) 
     """
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        page.locator(".jp-Cell .jp-InputArea-editor").nth(index).click()
+        if not click_cell(page, index, ".jp-Cell .jp-InputArea-editor"):
+            continue
         page.keyboard.press("Shift+Enter")
         tried = time.monotonic()
         while time.monotonic() - tried < retry_s:

@@ -31,8 +31,8 @@ def run_cell(page, index: int, deadline_s: float = 90.0, retry_s: float = 8.0) -
     ``retry_s`` for the others)."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        dismiss_dialog(page)
-        page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").nth(index).click()
+        if not click_cell(page, index, ".jp-Notebook .jp-Cell .jp-InputArea-editor"):
+            continue
         page.keyboard.press("Shift+Enter")
         tried = time.monotonic()
         while time.monotonic() - tried < retry_s:
@@ -41,6 +41,19 @@ def run_cell(page, index: int, deadline_s: float = 90.0, retry_s: float = 8.0) -
                 return
             time.sleep(0.2)
     raise AssertionError(f"cell {index} never started; prompts: {prompts(page)}")
+
+
+def click_cell(page, index: int, selector: str) -> bool:
+    """Click into cell ``index``'s editor, accepting a dialog that covers it (it can open at any
+    moment while the server is slow: checked before and after); False when the click did not land."""
+    dismiss_dialog(page)
+    try:
+        page.locator(selector).nth(index).click(timeout=10_000)
+    except Exception as exc:  # a dialog opened just now (Playwright: "... intercepts pointer events")
+        log.warning("click on cell %d did not land (%s): retrying", index, str(exc).splitlines()[0])
+        dismiss_dialog(page)
+        return False
+    return True
 
 
 def dismiss_dialog(page) -> None:
