@@ -55,7 +55,9 @@ class Lab:
     def notebook_url(self, name: str) -> str:
         if self.app == "notebook":
             return f"{self.url}/notebooks/{name}?token={self.token}"
-        return f"{self.url}/lab/tree/{name}?token={self.token}"
+        # ``reset``: a fresh workspace, so the tabs an earlier test opened on this server are not
+        # restored beside this notebook (their cells would count among the page's cells)
+        return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
 
     def api(self, path: str, method: str = "GET") -> object:
         request = urllib.request.Request(f"{self.url}{path}", method=method,
