@@ -94,12 +94,13 @@ def test_custom_loop_curves_match_ground_truth(tf_cluster, seed_code, inside_fun
     for w in range(2):
         x, y = _trace(dash, f"worker {w} (local loss)")
         assert list(x) == list(range(12))
-        np.testing.assert_allclose(y, [t["local"] for t in truth[w]], rtol=1e-6)
+        # the figure keeps 6 significant digits (frontend/chart/plotly_figure.py): <= 5e-6 relative
+        np.testing.assert_allclose(y, [t["local"] for t in truth[w]], rtol=5e-6)
     # ...which differ between workers (different shards), while the global curve is one value
     assert not np.allclose(_trace(dash, "worker 0")[1], _trace(dash, "worker 1")[1])
     gx, gy = _trace(dash, "global loss")
-    np.testing.assert_allclose(gy, [t["global"] for t in truth[0]], rtol=1e-6)
-    np.testing.assert_allclose(gy, [t["global"] for t in truth[1]], rtol=1e-6)
+    np.testing.assert_allclose(gy, [t["global"] for t in truth[0]], rtol=5e-6)
+    np.testing.assert_allclose(gy, [t["global"] for t in truth[1]], rtol=5e-6)
     # global = mean of the two workers' local losses (equal shards of the global batch)
     local_mean = (_trace(dash, "worker 0")[1] + _trace(dash, "worker 1")[1]) / 2
     np.testing.assert_allclose(gy, local_mean, rtol=1e-5)
