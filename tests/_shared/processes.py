@@ -46,6 +46,24 @@ def alive_workers(pids: Iterable[int], modules: tuple[str, ...] = WORKER_MODULES
     return alive
 
 
+def running(pid: int) -> bool:
+    """The process exists and has not ended. An ended process stays in /proc as a zombie until its
+    parent reaps it, and an orphan's parent is this test process once it is a subreaper
+    (:func:`become_subreaper`), which reaps nobody: "its /proc entry exists" is not "it runs"."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    """True once ``pid`` no longer runs, False if it still does after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not running(pid)
+
+
 def become_subreaper() -> None:
     """Make this process the reaper of its descendants' orphans (Linux), so scans see them."""
     libc = ctypes.CDLL(None, use_errno=True)

@@ -19,6 +19,7 @@ marker = os.path.join(os.path.dirname(__file__), "died-once")
 print("argv", sys.argv[1:], flush=True)
 if int(os.environ["MWNOTEBOOK_WORKER_INDEX"]) == 1 and not os.path.exists(marker):
     open(marker, "w").close()
+    time.sleep(1)  # os._exit drops what the kernel's IOPub thread has not sent yet (the argv line)
     os._exit(9)
 time.sleep(0.5)
 print("done", flush=True)

@@ -25,6 +25,7 @@ Needs root; :func:`unavailable_reason` says why not, for a clear skip.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -164,7 +165,9 @@ class TestNet:
 
 
 def _pick_subnet() -> int:
-    used = _ip("-o", "-4", "addr", "show").stdout
+    # Routes count as used too: a blackhole route (tests/slurm/slurm_cluster.py) left by a killed
+    # run would make every connect to that subnet fail with EINVAL.
+    used = _ip("-o", "-4", "addr", "show").stdout + _ip("-4", "route", "show").stdout
     start = os.getpid() % 200 + 20
     for offset in range(230):
         n = (start + offset) % 250 + 1
@@ -173,8 +176,20 @@ def _pick_subnet() -> int:
     raise RuntimeError("no free 10.213.N.0/24 test subnet")
 
 
+def _remove_stale_blackholes() -> None:
+    """Blackhole routes to test addresses whose net is gone: a run killed while its nodes were made
+    unreachable (tests/slurm/slurm_cluster.py) never deleted them. A live net owns its subnet's
+    address on the root veth, so a route without such an address is nobody's."""
+    addresses = _ip("-o", "-4", "addr", "show").stdout
+    for line in _ip("-4", "route", "show", "type", "blackhole", check=False).stdout.splitlines():
+        match = re.search(r"(10\.213\.\d+\.)\d+", line)
+        if match and match.group(1) not in addresses:
+            _ip("route", "del", *line.split(), check=False)
+
+
 def _remove_stale() -> None:
     """Namespaces left by test runs whose process is gone (a killed pytest)."""
+    _remove_stale_blackholes()
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         parts = name.split("-")

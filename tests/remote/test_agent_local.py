@@ -18,6 +18,7 @@ import pytest
 
 from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
+from tests._shared.processes import running, wait_gone
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -96,10 +97,7 @@ def test_kernel_kill_and_stdin_eof() -> None:
             else:
                 proc.stdin.close()  # type: ignore[union-attr]
             assert proc.wait(timeout=10) == 0
-            deadline = time.monotonic() + 5
-            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not Path(f"/proc/{pid}").exists(), f"kernel survived {how}"
+            assert wait_gone(pid, timeout=5), f"kernel survived {how}"
             assert not folder.exists()
         finally:
             if proc.poll() is None:
@@ -111,13 +109,6 @@ TEMPLATE_SOURCE = shipped.bundle("remote_template.py")
 
 def test_template_source_is_ascii() -> None:
     TEMPLATE_SOURCE.encode("ascii")
-
-
-def gone(pid: int, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not Path(f"/proc/{pid}").exists()
 
 
 def test_template_forks_kernels_that_end_with_their_own_agent() -> None:
@@ -147,15 +138,15 @@ def test_template_forks_kernels_that_end_with_their_own_agent() -> None:
         # 1. Its agent is killed (kill -9: no clean-up of its own): the kernel ends by itself.
         proc, pid = forked_kernel()
         proc.kill()
-        assert gone(pid), "a forked kernel outlived its agent"
+        assert wait_gone(pid), "a forked kernel outlived its agent"
         # 2. The template is killed: the running kernel is not affected; its agent still ends it.
         proc, pid = forked_kernel()
         template.kill()
         template.wait(timeout=10)
         time.sleep(0.5)
-        assert Path(f"/proc/{pid}").exists(), "the kernel died with its template"
+        assert running(pid), "the kernel died with its template"
         proc.stdin.close()  # type: ignore[union-attr]
-        assert proc.wait(timeout=10) == 0 and gone(pid)
+        assert proc.wait(timeout=10) == 0 and wait_gone(pid)
         assert Path(ready["socket"]).parent.exists()  # a killed template leaves its directory...
         # 3. A dead template: a fresh kernel, and the agent says why.
         proc = agent(config)

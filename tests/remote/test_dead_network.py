@@ -12,13 +12,13 @@ import os
 import statistics
 import subprocess
 import time
-from pathlib import Path
 
 import netns_hosts
 import pytest
 
 from mwnotebook import Cluster, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
+from tests._shared.processes import wait_gone
 
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -27,13 +27,6 @@ LOOP = "import time\nprint('looping', flush=True)\nfor _ in range(3000):\n    ti
 
 def set_link(host: netns_hosts.TestHost, state: str) -> None:
     subprocess.run(["ip", "-n", host.netns, "link", "set", "eth0", state], check=True, timeout=20)
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not Path(f"/proc/{pid}").exists()
 
 
 def test_dead_network_fails_the_cell_and_the_group_comes_back(ssh_home: netns_hosts.TestNet) -> None:

@@ -16,6 +16,7 @@ from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook import Cluster, ClusterStartError, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
+from tests._shared.processes import running, wait_gone
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -60,12 +61,12 @@ def test_seed_runs_across_two_hosts(ssh_home: netns_hosts.TestNet) -> None:
         assert cluster.tf_configs[0]["cluster"]["worker"] == workers
         for old, new, host in zip(status, restarted, (h0, h1)):
             assert new.pid != old.pid and new.pid in netns_hosts.ns_pids(host.netns)
-            assert not Path(f"/proc/{old.pid}").exists()
+            assert not running(old.pid)
         again = cluster.run("print('again', flush=True)")
         assert [again.stdout(i).strip() for i in range(2)] == ["again", "again"]
         pids = {s.pid for s in restarted}
     for pid in pids:
-        assert not Path(f"/proc/{pid}").exists()
+        assert wait_gone(pid)
     # ssh_home checks that neither host runs anything but its sshd any more.
 
 

@@ -25,6 +25,7 @@ from test_slurm_workers import kill_worker_mid_run
 
 from mwnotebook import Cluster
 from mwnotebook.launchers.slurm import job as slurm_job
+from tests._shared.processes import running
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -141,10 +142,10 @@ def test_silently_dead_link_to_the_login_node_cancels_the_job(laptop: slurm_clus
             deadline = time.monotonic() + 60
             # squeue from the login host: this namespace cannot reach slurmctld now.
             while time.monotonic() < deadline and (laptop.jobs(on_login=True)
-                                                   or any(Path(f"/proc/{p}").exists() for p in pids)):
+                                                   or any(running(p) for p in pids)):
                 time.sleep(0.5)
             assert not laptop.jobs(on_login=True), f"job {job} still there 60 s after the link died"
-            assert not any(Path(f"/proc/{p}").exists() for p in pids), "a kernel outlived the link"
+            assert not any(running(p) for p in pids), "a kernel outlived the link"
             status = cluster.status()
             assert not any(s.alive for s in status), status
         finally:

@@ -20,21 +20,24 @@ from tf_keras.src.engine import training
 from tensorflow.python.distribute import collective_all_reduce_strategy as cars
 from tensorflow.python.eager import context
 import tqdm.notebook, tqdm.std
+from mwnotebook.processes.runtime.after_import import marked
 state = {
     "before": before,
     "tensorflow_log_level": logging.getLogger("tensorflow").level,
     "global_logs": getattr(training.reduce_per_replica, "mwnotebook_first_for_metrics", False)
                    and getattr(training.Model.evaluate, "mwnotebook_global_logs", False),
     "live_curves": getattr(training.Model.fit, "mwnotebook_wrapped", False),
-    "fresh_collective_keys": getattr(cars.CollectiveAllReduceStrategy.__init__, "mwnotebook_fresh_keys", False),
-    "collective_ops_once": getattr(context.Context.enable_collective_ops, "mwnotebook_once", False),
+    "fresh_collective_keys": marked(cars.CollectiveAllReduceStrategy.__init__, "mwnotebook_fresh_keys"),
+    "collective_ops_once": marked(context.Context.enable_collective_ops, "mwnotebook_once"),
+    # the strategy constructor is wrapped twice (fresh keys inside, the --ps guard outside)
+    "ps_guard": marked(cars.CollectiveAllReduceStrategy.__init__, "mw_ps_guard"),
     "tqdm_text_bar": tqdm.notebook.tqdm is tqdm.std.tqdm,
 }
 print("STATE " + json.dumps(state))
 '''
 
 PATCHED = {"tensorflow_log_level": 30, "global_logs": True, "live_curves": True, "fresh_collective_keys": True,
-           "collective_ops_once": True, "tqdm_text_bar": True}
+           "collective_ops_once": True, "ps_guard": True, "tqdm_text_bar": True}
 
 
 def _state(result, worker: int) -> dict:

@@ -72,6 +72,18 @@ def patch_when_imported(name: str, patch: Patch) -> None:
     sys.meta_path.insert(0, _PatchAfterImport(name, patch))
 
 
+def marked(func: object, marker: str) -> bool:
+    """True if ``func`` or any function it wraps (``__wrapped__``) carries ``marker``: two patches
+    of one method (collective_keys.py and ps_guard.py both wrap the strategy constructor) stack, and
+    each must still find its own layer to stay idempotent."""
+    seen = 0
+    while func is not None and seen < 32:
+        if getattr(func, marker, False):
+            return True
+        func, seen = getattr(func, "__wrapped__", None), seen + 1
+    return False
+
+
 def pending(name: str) -> bool:
     """True while a patch for ``name`` waits for its import (for tests and diagnostics)."""
     return any(isinstance(f, _PatchAfterImport) and f.name == name for f in sys.meta_path)

@@ -38,7 +38,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from mwnotebook.processes.runtime.after_import import patch_when_imported
+from mwnotebook.processes.runtime.after_import import marked, patch_when_imported
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def patch_enable_collective_ops() -> None:
     from tensorflow.python.eager import context
 
     cls = context.Context
-    if getattr(cls.enable_collective_ops, "mwnotebook_once", False):
+    if marked(cls.enable_collective_ops, "mwnotebook_once"):
         return
     original = cls.enable_collective_ops
 
@@ -106,7 +106,7 @@ def patch_strategy_classes(module: ModuleType) -> None:
     patch_enable_collective_ops()
     for name in ("CollectiveAllReduceStrategy", "CollectiveAllReduceStrategyV1"):
         cls = getattr(module, name, None)
-        if cls is None or getattr(cls.__init__, "mwnotebook_fresh_keys", False):
+        if cls is None or marked(cls.__init__, "mwnotebook_fresh_keys"):
             continue
         original = cls.__init__
 

@@ -20,7 +20,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from mwnotebook.processes.runtime.after_import import patch_when_imported
+from mwnotebook.processes.runtime.after_import import marked, patch_when_imported
 from mwnotebook.processes.runtime.collective_keys import TARGET_MODULE
 
 MESSAGE = ("this is a parameter-server cluster (%%mwtrain --ps): it is for ParameterServerStrategy, "
@@ -44,7 +44,7 @@ def in_ps_cluster() -> bool:
 def patch_strategy_classes(module: ModuleType) -> None:
     for name in ("CollectiveAllReduceStrategy", "CollectiveAllReduceStrategyV1"):
         cls = getattr(module, name, None)
-        if cls is None or getattr(cls.__init__, "mw_ps_guard", False):
+        if cls is None or marked(cls.__init__, "mw_ps_guard"):
             continue
         original = cls.__init__
 
@@ -75,7 +75,7 @@ class SecondParameterServerStrategy(RuntimeError):
 
 def patch_ps_strategy(module: ModuleType) -> None:
     cls = getattr(module, "ParameterServerStrategyV2", None)
-    if cls is None or getattr(cls.__init__, "mw_ps_guard", False):
+    if cls is None or marked(cls.__init__, "mw_ps_guard"):
         return
     original = cls.__init__
 
