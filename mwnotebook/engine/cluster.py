@@ -9,8 +9,8 @@ import json
 import logging
 import queue
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.async_cluster import AsyncCluster, WorkerInfo
@@ -25,6 +25,7 @@ from mwnotebook.launchers import Launcher
 from mwnotebook.shared.events import Event, EventSink
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _DONE = object()
 _live: weakref.WeakSet[Cluster] = weakref.WeakSet()
@@ -117,8 +118,8 @@ class Cluster:
                                         max_restarts=max_restarts),
             on_event, on_interrupt=lambda: self._loop.call_soon(self._core.request_abort))
 
-    def _run_with_events(self, make_coro: Any, on_event: EventSink | None,
-                         on_interrupt: Callable[[], None]) -> Any:
+    def _run_with_events(self, make_coro: Callable[[EventSink], Coroutine[Any, Any, _T]],
+                         on_event: EventSink | None, on_interrupt: Callable[[], None]) -> _T:
         """Run a core coroutine; hand its events to ``on_event`` in this thread as they come.
 
         The first Ctrl-C calls ``on_interrupt`` (and keeps waiting for the coroutine to wind down);

@@ -176,7 +176,7 @@ def _is_stopped(pid: int) -> bool:
     try:
         import psutil
 
-        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        return bool(psutil.Process(pid).status() == psutil.STATUS_STOPPED)
     except Exception:
         return False
 

@@ -32,7 +32,7 @@ class WorkerStatus:
     step: float | None = None
     last_value: float | None = None
     last_scope: str = ""  # "local" | "global"
-    recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (worker time, step)
+    recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))  # (worker time, step)
 
     def steps_per_s(self) -> float | None:
         """Steps per second over the recent records, from the workers' own timestamps."""

@@ -10,10 +10,12 @@ import copy
 import logging
 import shlex
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar, cast
 
+from IPython.core import magic as ipython_magic
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, magics_class
 from IPython.display import publish_display_data
 
 from mwnotebook.config.options import add_cluster_arguments, add_restart_argument, seconds, spec_from_options
@@ -164,10 +166,16 @@ def _spec(ns: argparse.Namespace) -> ClusterSpec:
         raise UsageError(str(exc)) from None
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+# IPython's registering decorators are untyped; they return the method they were given.
+cell_magic = cast(Callable[[_Method], _Method], ipython_magic.cell_magic)
+line_magic = cast(Callable[[_Method], _Method], ipython_magic.line_magic)
+
+
 @magics_class
 class MWMagics(Magics):
     def __init__(self, shell: Any, session: NotebookSession | None = None) -> None:
-        super().__init__(shell)
+        super().__init__(shell)  # type: ignore[no-untyped-call]  # IPython's Magics is untyped
         self.session = session or NotebookSession()
 
     @cell_magic
