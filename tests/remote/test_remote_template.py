@@ -69,6 +69,17 @@ def test_workers_are_forked_from_their_hosts_template(cluster: Cluster, test_net
         assert result.stdout(i) == expected_line(i) + "\n", result.stdout(i)[-2000:]
 
 
+def test_forked_kernels_start_with_the_templates_objects_frozen(cluster: Cluster) -> None:
+    """The template froze what it loaded (``gc.freeze``), so its TensorFlow objects stay shared with
+    its kernels instead of being copied by their first full collection (remote_template.py)."""
+    result = cluster.run("import gc\nprint(gc.get_freeze_count(), flush=True)")
+    frozen = [int(result.stdout(i)) for i in range(2)]
+    assert all(count > 100_000 for count in frozen), frozen  # inherited (less what they freed since)
+    for template in templates_by_host(cluster).values():
+        status = template_status(template.socket)
+        assert status["frozen_objects"] > 100_000, status  # TensorFlow + tf_keras + ipykernel
+
+
 def test_templates_never_create_a_tensorflow_context(cluster: Cluster) -> None:
     """Their workers listed devices and trained; the templates still have no eager context."""
     cluster.run("import tensorflow as tf\nprint(len(tf.config.list_physical_devices()))")
@@ -113,6 +124,7 @@ def test_a_killed_template_falls_back_to_fresh_workers_with_a_notice(
     cluster.restart()
     fresh, forked = cluster.status()
     assert "ipykernel_launcher" in Path(f"/proc/{fresh.pid}/cmdline").read_text()  # a fresh interpreter
+    assert int(cluster.run("import gc\nprint(gc.get_freeze_count())").stdout(0)) == 0  # nothing frozen there
     assert netns_hosts.parent_pid(forked.pid) == templates[h1.alias].pid
     result = cluster.run(SEED_CELL, timeout=300)
     for i in range(2):

@@ -2,7 +2,8 @@
 
 Like the local template (``worker_template.py``), it imports TensorFlow (and tf_keras when
 ``TF_USE_LEGACY_KERAS=1``) and ipykernel once, never initialises TensorFlow's runtime, and forks worker
-kernels that start with all of that in memory. Unlike it, it may run where mwnotebook is not installed:
+kernels that start with all of that in memory (frozen out of the garbage collector's sight, so that
+they stay shared: ``share_loaded_objects``). Unlike it, it may run where mwnotebook is not installed:
 its source travels in the agent's configuration line (``source``) and runs inside the agent process,
 so everything here is the standard library, and a forked child becomes exactly what the agent starts
 without a template: ``python -m ipykernel_launcher -f FILE`` (the same kernel, run in-process).
@@ -26,6 +27,7 @@ group when the owner is gone, so a killed template costs no running cell and lea
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -50,6 +52,9 @@ DIR_PREFIX = "mwnotebook-template-"
 #: What a kernel imports while it initialises, loaded once here (none of it starts a thread).
 KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
                   "IPython.core.completerlib", "tornado.platform.asyncio")
+#: ``0`` in the template's environment leaves its objects unfrozen (to measure the difference:
+#: benchmarks/remote_template_freeze.py); anything else, or unset, freezes them.
+FREEZE_ENV = "MWNOTEBOOK_TEMPLATE_GC_FREEZE"
 
 
 def remove_stale_dirs() -> None:
@@ -141,6 +146,7 @@ def loaded_state() -> dict[str, Any]:
         "context_created": created is not None,
         "context_initialized": bool(created is not None and getattr(created, "_initialized", False)),
         "threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None,
+        "frozen_objects": gc.get_freeze_count(),
         "pid": os.getpid(),
     }
 
@@ -162,6 +168,22 @@ def preload(names: list[str]) -> str:
             if name == "ipykernel.kernelapp":
                 raise
     return "; ".join(problems)
+
+
+def share_loaded_objects() -> bool:
+    """Move everything loaded so far out of the garbage collector's sight (``gc.freeze``); True if done.
+
+    For the reason the local template does it (``worker_template.share_loaded_objects``): a
+    collection writes into the header of every object it scans, so a forked kernel's first full
+    collection would copy every page holding the template's TensorFlow, Keras and IPython objects,
+    and each full collection would scan them all again. Frozen, they stay shared between the
+    template and its children and are never scanned (they live as long as the process anyway).
+    """
+    if os.environ.get(FREEZE_ENV) == "0":
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
 
 
 class Template:
@@ -318,6 +340,7 @@ def run(config: dict[str, Any], send: Callable[..., None], silence_limit: float)
     template = Template(send, silence_limit)
     try:
         problem = preload(list(config.get("preload", [])))
+        share_loaded_objects()
         send("ready", socket=template.path, problem=problem, python=sys.executable, **loaded_state())
         template.serve()
     finally:
