@@ -21,6 +21,19 @@ LIFETIME_CODE = ("try:\n    import mwnotebook.worker._lifetime as _mwl\n    _mwl
                  "try:\n    import mwnotebook.processes.runtime.reply as _mwr\n    _mwr.install()\n    del _mwr\n"
                  "except ImportError:\n    pass\n")
 
+#: What mwnotebook's worker kernel does before ipykernel starts (``processes/worker_kernel.py``
+#: ``serve``: a plain ``model.fit`` reports live curves with global batch values, ``tqdm.auto`` is
+#: text, TensorFlow logs at a script's level), for a kernel that did not start as that kernel: a
+#: remote host's ``ipykernel_launcher`` (fresh or forked from the host's template), where mwnotebook
+#: is installed. Without it, remote workers' Keras fits sent no metric records at all.
+HOOKS_CODE = ("import sys as _mws\n"
+              "if 'mwnotebook.processes.worker_hooks' not in _mws.modules:\n"
+              "    try:\n"
+              "        import mwnotebook.processes.worker_kernel as _mwk, mwnotebook.processes.worker_hooks as _mwh\n"
+              "        _mwk.script_level_tensorflow_logs()\n        _mwh.install()\n        del _mwk, _mwh\n"
+              "    except ImportError:\n        pass\n"
+              "del _mws\n")
+
 #: Run silently on every worker once a cell has ended on all of them.
 RELEASE_CODE = ("try:\n    import mwnotebook.worker._lifetime as _mwl\n    _mwl.release()\n    del _mwl\n"
                 "except ImportError:\n    pass\n")
@@ -34,7 +47,7 @@ SETTLE_EXPRESSION = "__import__('mwnotebook.worker._lifetime', fromlist=['settle
 
 def setup_code(spec: ClusterSpec) -> str:
     """Code executed silently in every worker right after it starts."""
-    parts = [LIFETIME_CODE]
+    parts = [LIFETIME_CODE, HOOKS_CODE]
     if spec.preload or spec.mixed_precision or spec.xla:
         parts.append(PRELOAD_CODE)
     parts.append(recipe_code(spec))
