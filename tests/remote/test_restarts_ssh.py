@@ -3,7 +3,9 @@
 The cell completes with the final metrics of the same cell run undisturbed -- whether the outage
 cost a restart (the SSH keepalive gave up on the host) or the connections rode it out (what 5 s
 did here: 0 restarts) -- and
-nothing is left running on the hosts (the ``ssh_home`` fixture checks)."""
+nothing is left running on the hosts (the ``ssh_home`` fixture checks). The link goes down when worker
+0's live curve (the metric records of its Keras reporter) has passed epoch 2, and every worker's curve
+must cover every epoch: a stock ``fit`` on SSH workers sends its records like a local one."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import netns_hosts
 import pytest
 
 from mwnotebook import Cluster
-from mwnotebook.shared.events import Event, RunRestarted, WorkerOutput
+from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests._shared.modules import require
@@ -44,8 +46,9 @@ def test_a_host_offline_for_5_s_mid_fit_does_not_change_the_result(ssh_home: net
     def outage_in_epoch_3(event: Event) -> None:
         if isinstance(event, RunRestarted):
             restarts.append(event)
-        if (isinstance(event, WorkerOutput) and not cut and event.worker == 0
-                and "epoch 2 loss" in event.content.get("text", "")):
+        # Worker 0's live curve has passed the end of epoch 2 (its Keras reporter's epoch record).
+        if (isinstance(event, WorkerMetrics) and not cut and event.worker == 0
+                and any(r.get("kind") == "epoch" and r.get("epoch") == 1 for r in event.records)):
             set_link(h1, "down")
             cut.append(time.monotonic())
             threading.Timer(OUTAGE_SECONDS, set_link, args=(h1, "up")).start()
@@ -63,5 +66,8 @@ def test_a_host_offline_for_5_s_mid_fit_does_not_change_the_result(ssh_home: net
     assert all(expected)
     assert [final_line(result.stdout(i)) for i in range(2)] == expected
     assert len(result.restarts) == len(restarts) <= 3
+    for worker in range(2):  # each worker's fit sent its live curve, the outage's attempt included
+        epochs = {r["epoch"] for r in result.metrics if r.get("worker") == worker and r.get("kind") == "epoch"}
+        assert epochs == set(range(8)), (worker, sorted(epochs))
     print(f"\nhost offline {OUTAGE_SECONDS:g} s mid-fit: {len(restarts)} restarts "
           f"{[r.summary() for r in restarts]}")
