@@ -13,6 +13,7 @@ import pytest
 
 from mwnotebook import Cluster
 
+#: Hang bounds only, generous for a loaded 2-core machine (each case takes ~20 s here).
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
 EPOCHS, STEPS = 3, 8
