@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from mwnotebook.config.roles import layout_of
@@ -21,6 +20,7 @@ from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.worker_env import task_envs, worker_envs
 from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code
 from mwnotebook.engine.cell_run import CellRun, CellVerdict
+from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
 from mwnotebook.engine.connection import Worker
 from mwnotebook.engine.diagnose import diagnose
 from mwnotebook.engine.late_output import LateOutput
@@ -39,16 +39,6 @@ log = logging.getLogger(__name__)
 #: before its cell is aborted (it normally raises UnavailableError at once).
 PS_LOSS_GRACE = 15.0
 
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    index: int
-    host: str
-    pid: int | None
-    state: str
-    alive: bool
-    tf_config: dict[str, Any]
 
 
 def _ignore(_: Event) -> None:
@@ -271,16 +261,10 @@ class AsyncCluster:
             self._launcher = None
 
     async def status(self) -> list[WorkerInfo]:
-        infos = []
-        configs = self.tf_configs
-        for i in range(self._cell_count):
-            worker = self._workers[i] if i < len(self._workers) else None
-            alive = bool(worker) and await worker.handle.is_alive()  # type: ignore[union-attr]
-            infos.append(WorkerInfo(
-                index=i, host=worker.handle.host if worker else "", pid=worker.handle.pid if worker else None,
-                state=self._states[i], alive=alive,
-                tf_config=configs[i] if i < len(configs) else {}))
-        return infos
+        """Every task: the kernels that run the cell first, then a --ps cluster's servers
+        (engine/cluster_status.py)."""
+        return await cluster_status(layout_of(self.spec), self._addresses, self._states, self._workers,
+                                    self._servers)
 
     async def scheduler_status(self) -> dict[str, Any] | None:
         """The batch job the workers run in (Slurm: job id, nodes, state), or None without one."""
