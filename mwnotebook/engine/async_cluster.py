@@ -246,9 +246,12 @@ class AsyncCluster:
             self._servers = None
 
     def _lost_ps_during_cell(self) -> None:
-        """The coordinator normally fails on its own at once (UnavailableError); never let it hang."""
-        if self._running:
-            asyncio.get_running_loop().call_later(PS_LOSS_GRACE, self.request_abort)
+        """The coordinator normally fails on its own at once (UnavailableError); never let it hang.
+
+        The timer sets the abort event of the cell that was running when the ps was lost, never a
+        later one's: a rerun started within the grace on the restarted cluster must not be stopped."""
+        if self._running and self._abort is not None:
+            asyncio.get_running_loop().call_later(PS_LOSS_GRACE, self._abort.set)
 
     @property
     def servers(self) -> TaskServers | None:

@@ -176,23 +176,39 @@ def test_a_worker_killed_mid_fit_is_restarted_and_the_cell_completes(ps_cluster)
     assert (again.state, again.restarts, again.alive) == ("serving", 1, True) and again.pid not in (None, victim)
 
 
-def test_a_killed_ps_is_one_cause_first_error_and_everything_restarts(ps_cluster):
+#: FIT with the tutorial's BackupAndRestore: a rerun after a lost ps resumes from the last epoch backed up.
+BACKED_UP = FIT.replace("verbose=2)", "verbose=2,\n                    callbacks=[tf.keras.callbacks.BackupAndRestore(BACKUP)])") + \
+    'print("epochs", " ".join(str(e) for e in history.epoch))\n'
+
+
+def test_a_killed_ps_is_one_cause_first_error_and_a_rerun_resumes_from_the_backup(ps_cluster, tmp_path):
     old = dict(ps_cluster.server_pids)
     ps_pid = _pid_of(ps_cluster, "ps:0")
-    started = threading.Event()
+    cell = BACKED_UP.replace("EPOCHS", "30").replace("BACKUP", repr(str(tmp_path / "backup")))
+    seen: list[str] = []
+    killed = threading.Event()
 
     def on_event(event):
-        if isinstance(event, WorkerOutput) and "Epoch 2/" in event.content.get("text", "") and not started.is_set():
-            started.set()
-            os.kill(ps_pid, signal.SIGKILL)
+        if isinstance(event, WorkerOutput):
+            seen.append(event.content.get("text", ""))
+            # epochs 1-3 are backed up before the fourth begins (BackupAndRestore saves at epoch end)
+            if "Epoch 4/" in seen[-1] and not killed.is_set():
+                killed.set()
+                os.kill(ps_pid, signal.SIGKILL)
 
     with pytest.raises(ParameterServerLost) as info:
-        ps_cluster.run(FIT.replace("EPOCHS", "200"), on_event=on_event, timeout=600)
+        ps_cluster.run(cell, on_event=on_event, timeout=600)
     assert str(info.value).startswith("parameter server ps-0 died (killed by SIGKILL)"), str(info.value)
     assert info.value.restarted
-    result = ps_cluster.run(FIT.replace("EPOCHS", "2"), timeout=300)  # fresh tasks, fresh coordinator
-    assert len(losses(result.stdout(0), "losses")) == 2
+    before = [float(v) for v in re.findall(r" - loss: ([0-9.]+)", "".join(seen))]
+    assert len(before) >= 3, seen
+    result = ps_cluster.run(cell, timeout=300)  # the same cell again: fresh tasks, fresh coordinator
     assert not set(ps_cluster.server_pids.values()) & set(old.values())
+    epochs = [int(e) for e in re.search(r"^epochs (.*)$", result.stdout(0), re.M).group(1).split()]
+    assert epochs == list(range(epochs[0], 30)) and epochs[0] >= 3, epochs  # resumed, not from epoch 0
+    after = losses(result.stdout(0), "losses")
+    # the weights came back too: the first resumed epoch starts where the lost run had got to
+    assert after[0] < before[0], (before, after)
 
 
 STOCK = r'''
