@@ -61,6 +61,8 @@ class AsyncCluster:
         self._cell_count = len(layout_of(self.spec).cell_tasks())
         #: A --ps cluster's worker and ps servers (engine/task_servers.py); None otherwise.
         self._servers: TaskServers | None = None
+        #: Aborts a --ps cluster's cell PS_LOSS_GRACE s after a lost ps, unless the servers are renewed first.
+        self._ps_loss_timer: asyncio.TimerHandle | None = None
         self._states: list[str] = ["stopped"] * max(self.spec.workers, self._cell_count)
         self._abort: asyncio.Event | None = None
         self._running = False
@@ -233,6 +235,9 @@ class AsyncCluster:
         layout = layout_of(self.spec)
         if not layout.parameter_server:
             return
+        if self._ps_loss_timer is not None:  # the loss it watched is handled: every server is new
+            self._ps_loss_timer.cancel()
+            self._ps_loss_timer = None
         await self._stop_servers()
         assert self._launcher is not None
         envs = task_envs(self.spec, self._addresses)
@@ -251,7 +256,7 @@ class AsyncCluster:
         The timer sets the abort event of the cell that was running when the ps was lost, never a
         later one's: a rerun started within the grace on the restarted cluster must not be stopped."""
         if self._running and self._abort is not None:
-            asyncio.get_running_loop().call_later(PS_LOSS_GRACE, self._abort.set)
+            self._ps_loss_timer = asyncio.get_running_loop().call_later(PS_LOSS_GRACE, self._abort.set)
 
     @property
     def servers(self) -> TaskServers | None:
@@ -383,9 +388,13 @@ class AsyncCluster:
             self._abort = None
 
     async def _replace_workers(self, setup: str | None, emit: EventSink) -> None:
-        """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs."""
+        """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs. On a
+        --ps cluster that lost a parameter server, fresh servers too: the variables are gone, and
+        only every task new can go on (the cell's BackupAndRestore then resumes it)."""
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
+        if self._servers is not None and not await self._servers.every_ps_alive():
+            await self._start_servers()
         self._workers = await self._start_workers(emit)
         if setup:
             outcomes = await asyncio.gather(*(w.execute(setup, lambda _m: None, silent=True) for w in self._workers))

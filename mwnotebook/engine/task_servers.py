@@ -174,6 +174,16 @@ class TaskServers:
         await asyncio.gather(*(s.kill() for s in servers), return_exceptions=True)
         self.states = {task: "stopped" for task in self._envs}
 
+    async def every_ps_alive(self) -> bool:
+        """False once a parameter server was lost, also before the watch loop has noticed it."""
+        if self.lost_ps is not None:
+            return False
+        for task in self._envs:
+            server = self.servers.get(task)
+            if task.type == "ps" and (server is None or not await server.handle.is_alive()):
+                return False
+        return True
+
     def pids(self) -> dict[str, int | None]:
         return {task.name: server.handle.pid for task, server in self.servers.items()}
 

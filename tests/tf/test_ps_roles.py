@@ -211,6 +211,24 @@ def test_a_killed_ps_is_one_cause_first_error_and_a_rerun_resumes_from_the_backu
     assert after[0] < before[0], (before, after)
 
 
+def test_max_restarts_after_a_lost_ps_renews_every_task_and_the_cell_resumes_from_the_backup(ps_cluster, tmp_path):
+    old = {i.task: i.pid for i in ps_cluster.status()}
+    cell = BACKED_UP.replace("EPOCHS", "30").replace("BACKUP", repr(str(tmp_path / "backup")))
+    killed = threading.Event()
+
+    def on_event(event):
+        if isinstance(event, WorkerOutput) and "Epoch 4/" in event.content.get("text", "") and not killed.is_set():
+            killed.set()
+            os.kill(old["ps:0"], signal.SIGKILL)
+
+    result = ps_cluster.run(cell, on_event=on_event, timeout=600, max_restarts=1)
+    assert killed.is_set() and result.attempts == 2, result.restarts
+    epochs = [int(e) for e in re.search(r"^epochs (.*)$", result.stdout(0, attempt=2), re.M).group(1).split()]
+    assert epochs == list(range(epochs[0], 30)) and epochs[0] >= 3, epochs  # resumed from the backup
+    new = {i.task: i.pid for i in ps_cluster.status()}
+    assert all(new[t] not in (None, old[t]) for t in old), (old, new)  # every task is new, the ps too
+
+
 STOCK = r'''
 import tensorflow as tf
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
