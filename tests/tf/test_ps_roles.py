@@ -1,8 +1,9 @@
 """Parameter-server training on real TensorFlow (CPU): 1 ps + 2 worker servers + the coordinator
 kernel that runs the cell (engine/task_servers.py, worker/_ps.py). Tiny models and few steps.
 
-One cluster serves the tests in file order; the ps-kill test restarts it and comes last but one,
-the orphan check last."""
+One cluster serves the tests in file order (the status test reads it right after the first fit;
+the two ps-kill tests renew every task of it, the second inside the cell with max_restarts); the
+tests after them need other layouts and start their own clusters."""
 
 from __future__ import annotations
 
