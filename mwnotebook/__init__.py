@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 #: public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "AsyncCluster": "mwnotebook.engine.async_cluster",
-    "WorkerInfo": "mwnotebook.engine.async_cluster",
+    "WorkerInfo": "mwnotebook.engine.cluster_status",
     "Cluster": "mwnotebook.engine.cluster",
     "RunResult": "mwnotebook.engine.result",
     "ClusterSpec": "mwnotebook.config.spec",
@@ -37,8 +37,9 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from mwnotebook.config.spec import ClusterSpec
-    from mwnotebook.engine.async_cluster import AsyncCluster, WorkerInfo
+    from mwnotebook.engine.async_cluster import AsyncCluster
     from mwnotebook.engine.cluster import Cluster
+    from mwnotebook.engine.cluster_status import WorkerInfo
     from mwnotebook.engine.result import RunResult
     from mwnotebook.errors import (
         ClusterInterrupted,

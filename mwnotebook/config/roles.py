@@ -117,6 +117,22 @@ class RoleLayout:
     def tf_config_json(self, addresses: Sequence[str], task: Task) -> str:
         return json.dumps(self.tf_config(addresses, task), separators=(",", ":"))
 
+    def role_label(self, task: Task) -> str:
+        """What ``task`` is for, in the status view's words: ``coordinator``, ``worker server``,
+        ``parameter server`` (a --ps cluster); ``chief``, ``worker`` (MWMS); ``evaluator``."""
+        if task.type == "evaluator":
+            return "evaluator"
+        if self.parameter_server:
+            return {"chief": "coordinator", "worker": "worker server", "ps": "parameter server"}[task.type]
+        return task.type
+
+    def address_of(self, addresses: Sequence[str], task: Task) -> str:
+        """``task``'s TensorFlow address ("" for the evaluator, which is not in the training cluster)."""
+        tasks = self.training_tasks()
+        if task not in tasks or len(addresses) != len(tasks):
+            return ""
+        return addresses[tasks.index(task)]
+
     def replica_task(self, replica: int) -> Task:
         """The task of MWMS replica ``replica`` (with ``--chief``, replica 0 is ``chief-0``)."""
         tasks = tuple(t for t in self.cell_tasks() if t.type != "evaluator")

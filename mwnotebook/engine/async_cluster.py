@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from mwnotebook.config.roles import layout_of
@@ -21,6 +20,7 @@ from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.worker_env import task_envs, worker_envs
 from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code
 from mwnotebook.engine.cell_run import CellRun, CellVerdict
+from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
 from mwnotebook.engine.connection import Worker
 from mwnotebook.engine.diagnose import diagnose
 from mwnotebook.engine.late_output import LateOutput
@@ -39,16 +39,6 @@ log = logging.getLogger(__name__)
 #: before its cell is aborted (it normally raises UnavailableError at once).
 PS_LOSS_GRACE = 15.0
 
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    index: int
-    host: str
-    pid: int | None
-    state: str
-    alive: bool
-    tf_config: dict[str, Any]
 
 
 def _ignore(_: Event) -> None:
@@ -71,6 +61,8 @@ class AsyncCluster:
         self._cell_count = len(layout_of(self.spec).cell_tasks())
         #: A --ps cluster's worker and ps servers (engine/task_servers.py); None otherwise.
         self._servers: TaskServers | None = None
+        #: Aborts a --ps cluster's cell PS_LOSS_GRACE s after a lost ps, unless the servers are renewed first.
+        self._ps_loss_timer: asyncio.TimerHandle | None = None
         self._states: list[str] = ["stopped"] * max(self.spec.workers, self._cell_count)
         self._abort: asyncio.Event | None = None
         self._running = False
@@ -243,6 +235,9 @@ class AsyncCluster:
         layout = layout_of(self.spec)
         if not layout.parameter_server:
             return
+        if self._ps_loss_timer is not None:  # the loss it watched is handled: every server is new
+            self._ps_loss_timer.cancel()
+            self._ps_loss_timer = None
         await self._stop_servers()
         assert self._launcher is not None
         envs = task_envs(self.spec, self._addresses)
@@ -256,9 +251,12 @@ class AsyncCluster:
             self._servers = None
 
     def _lost_ps_during_cell(self) -> None:
-        """The coordinator normally fails on its own at once (UnavailableError); never let it hang."""
-        if self._running:
-            asyncio.get_running_loop().call_later(PS_LOSS_GRACE, self.request_abort)
+        """The coordinator normally fails on its own at once (UnavailableError); never let it hang.
+
+        The timer sets the abort event of the cell that was running when the ps was lost, never a
+        later one's: a rerun started within the grace on the restarted cluster must not be stopped."""
+        if self._running and self._abort is not None:
+            self._ps_loss_timer = asyncio.get_running_loop().call_later(PS_LOSS_GRACE, self._abort.set)
 
     @property
     def servers(self) -> TaskServers | None:
@@ -271,16 +269,10 @@ class AsyncCluster:
             self._launcher = None
 
     async def status(self) -> list[WorkerInfo]:
-        infos = []
-        configs = self.tf_configs
-        for i in range(self._cell_count):
-            worker = self._workers[i] if i < len(self._workers) else None
-            alive = bool(worker) and await worker.handle.is_alive()  # type: ignore[union-attr]
-            infos.append(WorkerInfo(
-                index=i, host=worker.handle.host if worker else "", pid=worker.handle.pid if worker else None,
-                state=self._states[i], alive=alive,
-                tf_config=configs[i] if i < len(configs) else {}))
-        return infos
+        """Every task: the kernels that run the cell first, then a --ps cluster's servers
+        (engine/cluster_status.py)."""
+        return await cluster_status(layout_of(self.spec), self._addresses, self._states, self._workers,
+                                    self._servers)
 
     async def scheduler_status(self) -> dict[str, Any] | None:
         """The batch job the workers run in (Slurm: job id, nodes, state), or None without one."""
@@ -396,9 +388,13 @@ class AsyncCluster:
             self._abort = None
 
     async def _replace_workers(self, setup: str | None, emit: EventSink) -> None:
-        """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs."""
+        """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs. On a
+        --ps cluster that lost a parameter server, fresh servers too: the variables are gone, and
+        only every task new can go on (the cell's BackupAndRestore then resumes it)."""
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
+        if self._servers is not None and not await self._servers.every_ps_alive():
+            await self._start_servers()
         self._workers = await self._start_workers(emit)
         if setup:
             outcomes = await asyncio.gather(*(w.execute(setup, lambda _m: None, silent=True) for w in self._workers))

@@ -13,7 +13,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.engine.async_cluster import AsyncCluster, WorkerInfo
+from mwnotebook.engine.async_cluster import AsyncCluster
+from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
 from mwnotebook.engine.late_output import LateOutput
 from mwnotebook.engine.loop import background_loop

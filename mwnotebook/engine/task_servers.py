@@ -32,6 +32,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from typing import Literal
 
 from mwnotebook.config.roles import Task
 from mwnotebook.engine.connection import Worker
@@ -54,6 +55,8 @@ def __mwnotebook_serve():
 __mwnotebook_server = __mwnotebook_serve()
 del __mwnotebook_serve
 """
+
+ServerState = Literal["starting", "serving", "restarting", "lost", "stopped"]
 
 #: How often the servers' processes are checked while the cluster lives (a lost worker is back on
 #: its address within about this long plus a start).
@@ -95,14 +98,20 @@ class TaskServers:
         self.last_recovery: float | None = None
         self._watch: asyncio.Future[None] | None = None
         self._slots = {task: SLOT_BASE + i for i, task in enumerate(self._envs)}
+        #: Each server's state for the status view: starting, serving, restarting, lost, stopped.
+        self.states: dict[Task, ServerState] = {task: "stopped" for task in self._envs}
+        #: How many times each worker server was restarted after it was lost.
+        self.restarts_of: dict[Task, int] = {task: 0 for task in self._envs}
 
     async def start(self) -> None:
         """Start every server at once and wait until each serves; on any failure none is left running."""
         self.lost_ps = None
+        self.states = {task: "starting" for task in self._envs}
         started = await asyncio.gather(*(self._start_one(t) for t in self._envs), return_exceptions=True)
         for task, outcome in zip(self._envs, started):
             if isinstance(outcome, Worker):
                 self.servers[task] = outcome
+                self.states[task] = "serving"
         errors = [exc for exc in started if isinstance(exc, BaseException)]
         if errors:
             await self.kill()
@@ -134,6 +143,7 @@ class TaskServers:
                     continue
                 how = server.handle.exit_description() or "ended"
                 del self.servers[task]
+                self.states[task] = "lost" if task.type == "ps" else "restarting"
                 await server.kill()
                 if task.type == "ps":
                     log.warning("parameter server %s was lost (%s)", task.name, how)
@@ -146,9 +156,12 @@ class TaskServers:
                 noticed = time.monotonic()
                 try:
                     self.servers[task] = await self._start_one(task)
+                    self.states[task] = "serving"
                     self.restarts += 1
+                    self.restarts_of[task] += 1
                     self.last_recovery = time.monotonic() - noticed
                 except Exception:
+                    self.states[task] = "lost"
                     log.exception("could not restart %s", task.name)
 
     async def kill(self) -> None:
@@ -159,6 +172,25 @@ class TaskServers:
             self._watch = None
         servers, self.servers = list(self.servers.values()), {}
         await asyncio.gather(*(s.kill() for s in servers), return_exceptions=True)
+        self.states = {task: "stopped" for task in self._envs}
+
+    async def every_ps_alive(self) -> bool:
+        """False once a parameter server was lost, also before the watch loop has noticed it."""
+        if self.lost_ps is not None:
+            return False
+        for task in self._envs:
+            server = self.servers.get(task)
+            if task.type == "ps" and (server is None or not await server.handle.is_alive()):
+                return False
+        return True
 
     def pids(self) -> dict[str, int | None]:
         return {task.name: server.handle.pid for task, server in self.servers.items()}
+
+    def tasks(self) -> tuple[Task, ...]:
+        """Every server task, in address order (workers, then parameter servers)."""
+        return tuple(self._envs)
+
+    def server(self, task: Task) -> Worker | None:
+        """The kernel serving ``task`` now (None while it restarts, after it was lost or stopped)."""
+        return self.servers.get(task)

@@ -1,5 +1,6 @@
 """notebooks/09 executed with nbclient: the same model trained with --chief (all-reduce) and with
---ps 1 --workers 2 (a coordinator kernel and three servers), loss falling both ways."""
+--ps 1 --workers 2 (a coordinator kernel and three servers), loss falling both ways; the status
+lists all four tasks."""
 
 from __future__ import annotations
 
@@ -31,3 +32,7 @@ def test_lesson_09_trains_the_same_model_both_ways(tmp_path):
     assert all(float(last) < float(first) for *_, first, last in mwms), mwms
     ps = re.findall(r"chief ps_loss ([0-9.]+) -> ([0-9.]+)", text)
     assert len(ps) == 1 and float(ps[0][1]) < float(ps[0][0]), text  # the cell ran in the coordinator only
+    status = next(_text(c) for c in nb.cells if c.cell_type == "code" and c.source.strip() == "%mwcluster status")
+    assert status.startswith("mwnotebook cluster: 1 coordinator, 2 worker servers, 1 parameter server"), status
+    for task in ("chief:0", "worker:0", "worker:1", "ps:0"):
+        assert re.search(rf"\b{task}\s+\S+:\d+\s.*\byes\b", status), (task, status)  # address, alive

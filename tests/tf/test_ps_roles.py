@@ -1,8 +1,9 @@
 """Parameter-server training on real TensorFlow (CPU): 1 ps + 2 worker servers + the coordinator
 kernel that runs the cell (engine/task_servers.py, worker/_ps.py). Tiny models and few steps.
 
-One cluster serves the tests in file order; the ps-kill test restarts it and comes last but one,
-the orphan check last."""
+One cluster serves the tests in file order (the status test reads it right after the first fit;
+the two ps-kill tests renew every task of it, the second inside the cell with max_restarts); the
+tests after them need other layouts and start their own clusters."""
 
 from __future__ import annotations
 
@@ -102,6 +103,38 @@ def test_fit_trains_on_the_servers_and_only_the_coordinator_runs_the_cell(ps_clu
     assert epochs, result.metrics  # epoch curves reach the chart's path
 
 
+def test_status_shows_every_task_with_its_role_task_address_and_process(ps_cluster):
+    from mwnotebook.frontend.notebook.views import status_bundle
+
+    infos = ps_cluster.status()
+    assert [(i.role, i.task) for i in infos] == [("coordinator", "chief:0"), ("worker server", "worker:0"),
+                                                 ("worker server", "worker:1"), ("parameter server", "ps:0")]
+    cluster = ps_cluster.tf_configs[0]["cluster"]
+    assert [i.address for i in infos] == cluster["chief"] + cluster["worker"] + cluster["ps"]
+    assert all(i.alive and psutil.pid_exists(i.pid) for i in infos), infos
+    assert [i.state for i in infos] == ["done", "serving", "serving", "serving"]  # "done": the fit cell ended
+    # the coordinator's pid is the kernel that runs the cell; each server's TF_CONFIG names its task
+    assert ps_cluster.run("import os; print(os.getpid())", timeout=60).stdout(0).strip() == str(infos[0].pid)
+    assert [i.tf_config["task"] for i in infos[1:]] == [{"type": "worker", "index": 0},
+                                                        {"type": "worker", "index": 1}, {"type": "ps", "index": 0}]
+    # what %mwcluster status shows (frontend/notebook/magics.py renders exactly this)
+    text = status_bundle(infos, ps_cluster.devices())["text/plain"]
+    lines = text.splitlines()
+    assert lines[0] == "mwnotebook cluster: 1 coordinator, 2 worker servers, 1 parameter server", text
+    for info, line in zip(infos, lines[2:6]):
+        assert line.startswith(info.role) and info.task in line and info.address in line and str(info.pid) in line
+    assert "(CUDA_VISIBLE_DEVICES=-1)" in lines[2], text  # the coordinator's devices, as TF sees them
+
+
+def test_verbose_1_under_ps_is_the_epoch_line_with_our_warning(ps_cluster):
+    result = ps_cluster.run(FIT.replace("EPOCHS", "2").replace("verbose=2", "verbose=1"), timeout=300)
+    assert len(losses(result.stdout(0), "losses")) == 2
+    assert re.search(r"^20/20 - .*loss: ", result.stdout(0), re.M), result.stdout(0)  # one line per epoch
+    err = result.stderr(0)
+    assert "mwnotebook: verbose=1 (a progress bar updated every step) is not available" in err, err
+    assert "not allowed" not in err, err
+
+
 def test_custom_loop(ps_cluster):
     result = ps_cluster.run(LOOP, timeout=300)
     values = losses(result.stdout(0), "loop")
@@ -114,8 +147,16 @@ def test_a_stock_mwms_cell_is_told_which_strategy_the_cluster_is_for(ps_cluster)
     assert "parameter-server cluster" in str(info.value) and "ParameterServerStrategy" in str(info.value)
 
 
+def _pid_of(cluster: Cluster, task: str) -> int:
+    """The pid the status names for ``task`` (``"worker:0"``): the faults below go where it says."""
+    pid = next(i.pid for i in cluster.status() if i.task == task)
+    assert pid is not None
+    return pid
+
+
 def test_a_worker_killed_mid_fit_is_restarted_and_the_cell_completes(ps_cluster):
-    victim = ps_cluster.server_pids["worker-0"]
+    victim = _pid_of(ps_cluster, "worker:0")
+    assert victim == ps_cluster.server_pids["worker-0"]
     killed = threading.Event()
 
     def on_event(event):
@@ -132,24 +173,61 @@ def test_a_worker_killed_mid_fit_is_restarted_and_the_cell_completes(ps_cluster)
     while ps_cluster.server_pids.get("worker-0") in (None, victim) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ps_cluster.server_pids.get("worker-0") not in (None, victim)
+    again = next(i for i in ps_cluster.status() if i.task == "worker:0")
+    assert (again.state, again.restarts, again.alive) == ("serving", 1, True) and again.pid not in (None, victim)
 
 
-def test_a_killed_ps_is_one_cause_first_error_and_everything_restarts(ps_cluster):
+#: FIT with the tutorial's BackupAndRestore: a rerun after a lost ps resumes from the last epoch backed up.
+BACKED_UP = FIT.replace("verbose=2)", "verbose=2,\n                    callbacks=[tf.keras.callbacks.BackupAndRestore(BACKUP)])") + \
+    'print("epochs", " ".join(str(e) for e in history.epoch))\n'
+
+
+def test_a_killed_ps_is_one_cause_first_error_and_a_rerun_resumes_from_the_backup(ps_cluster, tmp_path):
     old = dict(ps_cluster.server_pids)
-    started = threading.Event()
+    ps_pid = _pid_of(ps_cluster, "ps:0")
+    cell = BACKED_UP.replace("EPOCHS", "30").replace("BACKUP", repr(str(tmp_path / "backup")))
+    seen: list[str] = []
+    killed = threading.Event()
 
     def on_event(event):
-        if isinstance(event, WorkerOutput) and "Epoch 2/" in event.content.get("text", "") and not started.is_set():
-            started.set()
-            os.kill(old["ps-0"], signal.SIGKILL)
+        if isinstance(event, WorkerOutput):
+            seen.append(event.content.get("text", ""))
+            # epochs 1-3 are backed up before the fourth begins (BackupAndRestore saves at epoch end)
+            if "Epoch 4/" in seen[-1] and not killed.is_set():
+                killed.set()
+                os.kill(ps_pid, signal.SIGKILL)
 
     with pytest.raises(ParameterServerLost) as info:
-        ps_cluster.run(FIT.replace("EPOCHS", "200"), on_event=on_event, timeout=600)
+        ps_cluster.run(cell, on_event=on_event, timeout=600)
     assert str(info.value).startswith("parameter server ps-0 died (killed by SIGKILL)"), str(info.value)
     assert info.value.restarted
-    result = ps_cluster.run(FIT.replace("EPOCHS", "2"), timeout=300)  # fresh tasks, fresh coordinator
-    assert len(losses(result.stdout(0), "losses")) == 2
+    before = [float(v) for v in re.findall(r" - loss: ([0-9.]+)", "".join(seen))]
+    assert len(before) >= 3, seen
+    result = ps_cluster.run(cell, timeout=300)  # the same cell again: fresh tasks, fresh coordinator
     assert not set(ps_cluster.server_pids.values()) & set(old.values())
+    epochs = [int(e) for e in re.search(r"^epochs (.*)$", result.stdout(0), re.M).group(1).split()]
+    assert epochs == list(range(epochs[0], 30)) and epochs[0] >= 3, epochs  # resumed, not from epoch 0
+    after = losses(result.stdout(0), "losses")
+    # the weights came back too: the first resumed epoch starts where the lost run had got to
+    assert after[0] < before[0], (before, after)
+
+
+def test_max_restarts_after_a_lost_ps_renews_every_task_and_the_cell_resumes_from_the_backup(ps_cluster, tmp_path):
+    old = {i.task: i.pid for i in ps_cluster.status()}
+    cell = BACKED_UP.replace("EPOCHS", "30").replace("BACKUP", repr(str(tmp_path / "backup")))
+    killed = threading.Event()
+
+    def on_event(event):
+        if isinstance(event, WorkerOutput) and "Epoch 4/" in event.content.get("text", "") and not killed.is_set():
+            killed.set()
+            os.kill(old["ps:0"], signal.SIGKILL)
+
+    result = ps_cluster.run(cell, on_event=on_event, timeout=600, max_restarts=1)
+    assert killed.is_set() and result.attempts == 2, result.restarts
+    epochs = [int(e) for e in re.search(r"^epochs (.*)$", result.stdout(0, attempt=2), re.M).group(1).split()]
+    assert epochs == list(range(epochs[0], 30)) and epochs[0] >= 3, epochs  # resumed from the backup
+    new = {i.task: i.pid for i in ps_cluster.status()}
+    assert all(new[t] not in (None, old[t]) for t in old), (old, new)  # every task is new, the ps too
 
 
 STOCK = r'''

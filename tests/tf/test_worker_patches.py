@@ -31,13 +31,15 @@ state = {
     "collective_ops_once": marked(context.Context.enable_collective_ops, "mwnotebook_once"),
     # the strategy constructor is wrapped twice (fresh keys inside, the --ps guard outside)
     "ps_guard": marked(cars.CollectiveAllReduceStrategy.__init__, "mw_ps_guard"),
+    "ps_verbose": marked(training._get_verbosity, "mw_ps_verbose"),
     "tqdm_text_bar": tqdm.notebook.tqdm is tqdm.std.tqdm,
 }
 print("STATE " + json.dumps(state))
 '''
 
 PATCHED = {"tensorflow_log_level": 30, "global_logs": True, "live_curves": True, "fresh_collective_keys": True,
-           "collective_ops_once": True, "ps_guard": True, "tqdm_text_bar": True}
+           "collective_ops_once": True, "ps_guard": True, "ps_verbose": True,
+           "tqdm_text_bar": True}
 
 
 def _state(result, worker: int) -> dict:

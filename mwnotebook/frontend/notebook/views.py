@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from mwnotebook.engine.async_cluster import WorkerInfo
+from mwnotebook.engine.cluster_status import WorkerInfo
 
 SECURITY_NOTICE = (
     "Security: TensorFlow's gRPC server in each worker has no authentication and listens on ALL "
@@ -49,15 +49,56 @@ def describe_devices(devices: dict[str, Any] | None) -> str:
 
 def status_bundle(infos: Sequence[WorkerInfo],
                   devices: Sequence[dict[str, Any] | None] | None = None) -> dict[str, str]:
+    """The ``%mwcluster status`` table. A cluster of plain workers: one row per worker with its
+    TF_CONFIG. Any other (``--ps``, ``--chief``, ``--evaluator``): one row per task with its role,
+    then the TF_CONFIG cluster they share, once (``devices``: one per kernel that runs the cell)."""
+    if all(w.role == "worker" and w.runs_cell for w in infos):
+        return _worker_table(infos, devices)
+    return _task_table(infos, devices)
+
+
+def _devices_of(w: WorkerInfo, devices: Sequence[dict[str, Any] | None]) -> str:
+    if not w.runs_cell:
+        return "-"  # a server runs no cell to ask
+    return describe_devices(devices[w.index] if w.index < len(devices) else None)
+
+
+def _worker_table(infos: Sequence[WorkerInfo], devices: Sequence[dict[str, Any] | None] | None) -> dict[str, str]:
     rows = []
     for w in infos:
         row = [str(w.index), w.host or "-", str(w.pid or "-"), w.state, "yes" if w.alive else "no"]
         if devices is not None:
-            row.append(describe_devices(devices[w.index] if w.index < len(devices) else None))
+            row.append(_devices_of(w, devices))
         row.append(json.dumps(w.tf_config, separators=(",", ":")) if w.tf_config else "-")
         rows.append(row)
     headers = ["worker", "host", "pid", "state", "alive"] + (["devices (seen by TF)"] if devices is not None else [])
     return _table(headers + ["TF_CONFIG"], rows, "mwnotebook cluster")
+
+
+def _task_table(infos: Sequence[WorkerInfo], devices: Sequence[dict[str, Any] | None] | None) -> dict[str, str]:
+    rows = []
+    for w in infos:
+        state = f"{w.state} (restarted {w.restarts}x)" if w.restarts else w.state
+        row = [w.role, w.task or "-", w.address or "-", w.host or "-", str(w.pid or "-"), state,
+               "yes" if w.alive else "no"]
+        if devices is not None:
+            row.append(_devices_of(w, devices))
+        rows.append(row)
+    headers = ["role", "task", "address", "host", "pid", "state", "alive"]
+    headers += ["devices (seen by TF)"] if devices is not None else []
+    counts: dict[str, int] = {}
+    for w in infos:
+        counts[w.role] = counts.get(w.role, 0) + 1
+    caption = "mwnotebook cluster: " + ", ".join(f"{n} {role}{'s' if n != 1 else ''}" for role, n in counts.items())
+    bundle = _table(headers, rows, caption)
+    shared = next((w.tf_config["cluster"] for w in infos if w.tf_config and w.role != "evaluator"), None)
+    if shared is not None:
+        note = ("TF_CONFIG cluster of every task above"
+                + (" but the evaluator (whose TF_CONFIG names only itself)" if "evaluator" in counts else "")
+                + "; each task's TF_CONFIG adds its own task: " + json.dumps(shared, separators=(",", ":")))
+        bundle["text/plain"] += "\n" + note
+        bundle["text/html"] += f"<p><code>{html.escape(note)}</code></p>"
+    return bundle
 
 
 ISOLATED_NOTICE = (

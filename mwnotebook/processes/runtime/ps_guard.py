@@ -7,6 +7,13 @@ the old gRPC server listening, invalidates the old variables, and touching the o
 afterwards crashed the whole process in our measurements: in a notebook that is the user's kernel.
 ``mw.ps_strategy()`` returns the first strategy on every run instead.
 
+tf_keras ``fit``/``evaluate``/``predict`` with ``verbose=1`` under ``ParameterServerStrategy`` raise
+tf_keras's own ValueError ("not allowed ... for performance reasons": a bar updated every step would
+fetch every step's result from the workers). tf_keras itself shows one line per epoch
+(``verbose=2``) for its default ``verbose="auto"`` under this strategy, and the parameter-server
+tutorial's ``fit`` passes no ``verbose``; so an explicit ``verbose=1`` (a cell brought over from
+all-reduce training) gets that same per-epoch line and a warning that says so, instead of an error.
+
 Without it the strategy would look for its peer replicas among the cluster's worker *servers*,
 which never start the collective the strategy waits for: the cell would hang, or fail with a
 TensorFlow error that does not mention the cause. The check is made when the strategy is built
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -92,6 +100,38 @@ def patch_ps_strategy(module: ModuleType) -> None:
     cls.__init__ = __init__
 
 
+KERAS_TRAINING = "tf_keras.src.engine.training"
+
+VERBOSE_NOTE = ("mwnotebook: verbose=1 (a progress bar updated every step) is not available under "
+                "ParameterServerStrategy: it would fetch every step's result from the workers, so tf_keras "
+                "refuses it. Showing one line per epoch (verbose=2, what tf_keras picks for this strategy "
+                "by default) instead; pass verbose=2, verbose=0, or no verbose, to silence this note.")
+
+
+class ProgressBarUnderParameterServer(UserWarning):
+    """verbose=1 was asked for under ParameterServerStrategy and became verbose=2."""
+
+
+def patch_keras_verbosity(module: ModuleType) -> None:
+    """Wrap tf_keras's ``_get_verbosity`` (fit, evaluate and predict call it through the module's
+    globals first thing): ``verbose=1`` under a strategy that runs with a coordinator becomes 2."""
+    original = getattr(module, "_get_verbosity", None)
+    if original is None or marked(original, "mw_ps_verbose"):
+        return
+
+    def _get_verbosity(verbose: Any, distribute_strategy: Any, __original: Any = original) -> Any:
+        if verbose == 1 and getattr(distribute_strategy, "_should_use_with_coordinator", False):
+            warnings.warn(VERBOSE_NOTE, ProgressBarUnderParameterServer, stacklevel=2)
+            verbose = 2
+        return __original(verbose, distribute_strategy)
+
+    _get_verbosity.mw_ps_verbose = True  # type: ignore[attr-defined]
+    _get_verbosity.__doc__ = original.__doc__
+    _get_verbosity.__wrapped__ = original  # type: ignore[attr-defined]
+    module._get_verbosity = _get_verbosity  # type: ignore[attr-defined]  # noqa: SLF001 - the hook, see above
+
+
 def install() -> None:
     patch_when_imported(TARGET_MODULE, patch_strategy_classes)
     patch_when_imported(PS_MODULE, patch_ps_strategy)
+    patch_when_imported(KERAS_TRAINING, patch_keras_verbosity)

@@ -1,0 +1,71 @@
+"""What ``Cluster.status()`` reports: one entry per TensorFlow task of the cluster.
+
+The kernels that run the cell come first, in cell order, so entry ``i`` is the kernel whose output
+is labelled ``[i]`` (a plain cluster reports exactly these). A ``--ps`` cluster's worker and ps
+servers (engine/task_servers.py) follow: they run no cell, but a user checking the cluster wants
+to see every process it is made of, where it listens and whether it is alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mwnotebook.config.roles import RoleLayout, Task
+from mwnotebook.engine.connection import Worker
+from mwnotebook.engine.task_servers import TaskServers
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One task of a cluster as the status shows it.
+
+    ``index`` is the entry's position in ``Cluster.status()``: below the number of kernels that
+    run the cell it is that kernel's index; a ``--ps`` cluster's servers come after them
+    (``runs_cell`` False). ``task`` is TF_CONFIG's task as ``type:index``; ``role`` says what it is
+    for (``worker``; ``chief``; ``coordinator``, ``worker server``, ``parameter server``;
+    ``evaluator``); ``address`` is its TensorFlow server address ("" for the evaluator, which is
+    not in the training cluster, and before a start); ``restarts`` counts the times a lost worker
+    server was started again on its address.
+    """
+
+    index: int
+    host: str
+    pid: int | None
+    state: str
+    alive: bool
+    tf_config: dict[str, Any]
+    role: str = "worker"
+    task: str = ""
+    address: str = ""
+    runs_cell: bool = True
+    restarts: int = 0
+
+
+def task_text(task: Task) -> str:
+    return f"{task.type}:{task.index}"
+
+
+async def cluster_status(layout: RoleLayout, addresses: Sequence[str], states: Sequence[str],
+                         workers: Sequence[Worker], servers: TaskServers | None) -> list[WorkerInfo]:
+    """Every task's entry: the cell kernels (``states[i]``, ``workers[i]``), then the servers."""
+    infos = []
+    for i, task in enumerate(layout.cell_tasks()):
+        worker = workers[i] if i < len(workers) else None
+        alive = worker is not None and await worker.handle.is_alive()
+        infos.append(WorkerInfo(
+            index=i, host=worker.handle.host if worker else "", pid=worker.handle.pid if worker else None,
+            state=states[i], alive=alive, tf_config=layout.tf_config(addresses, task) if addresses else {},
+            role=layout.role_label(task), task=task_text(task), address=layout.address_of(addresses, task)))
+    for task in layout.server_tasks():
+        server = servers.server(task) if servers is not None else None
+        alive = server is not None and await server.handle.is_alive()
+        infos.append(WorkerInfo(
+            index=len(infos), host=server.handle.host if server else "",
+            pid=server.handle.pid if server else None,
+            state=servers.states.get(task, "stopped") if servers is not None else "stopped", alive=alive,
+            tf_config=layout.tf_config(addresses, task) if addresses else {}, role=layout.role_label(task),
+            task=task_text(task), address=layout.address_of(addresses, task), runs_cell=False,
+            restarts=servers.restarts_of.get(task, 0) if servers is not None else 0))
+    return infos
