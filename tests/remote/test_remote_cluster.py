@@ -132,7 +132,7 @@ def test_killed_remote_kernel_fails_the_run_and_cleans_up(ssh_home: netns_hosts.
         assert all(s.alive for s in status)
         assert [s.host for s in status] == [h0.alias, h1.alias]
         for old, info_, host in zip(before, status, (h0, h1)):
-            assert info_.pid != old and not Path(f"/proc/{old}").exists()
+            assert info_.pid != old and not running(old)
             assert info_.pid in netns_hosts.ns_pids(host.netns)
         result = cluster.run(SEED_CELL, timeout=300)
         for i in range(2):

@@ -24,6 +24,7 @@ from mwnotebook.config.tf_config import tf_config_json
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle, Launcher
 from mwnotebook.launchers.ssh.launcher import SSHKernelHandle, SSHLauncher
+from tests._shared.processes import running
 
 pytestmark = [pytest.mark.remote, pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -184,12 +185,12 @@ def test_lost_connection_kills_the_remote_kernel(ssh_home: netns_hosts.TestNet) 
             for pid in sessions:
                 os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
-            while Path(f"/proc/{kernel_pid}").exists() and time.monotonic() < deadline:
+            while running(kernel_pid) and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-            assert not Path(f"/proc/{kernel_pid}").exists(), "remote kernel outlived its connection"
-            while Path(f"/proc/{template_pid}").exists() and time.monotonic() < deadline:
+            assert not running(kernel_pid), "remote kernel outlived its connection"
+            while running(template_pid) and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-            assert not Path(f"/proc/{template_pid}").exists(), "the template outlived its connection"
+            assert not running(template_pid), "the template outlived its connection"
             await asyncio.wait_for(handle.wait(), 10)
             assert "lost the SSH connection" in handle.exit_description()
         finally:

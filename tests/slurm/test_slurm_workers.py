@@ -17,6 +17,7 @@ from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook import Cluster, ClusterInterrupted, ClusterStartError, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
+from tests._shared.processes import running
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -93,7 +94,7 @@ def test_killed_kernel_then_the_seed_on_two_nodes(slurm_env: slurm_cluster.Slurm
         assert slurm_env.jobs() == jobs
         status = cluster.status()
         for old, new, host in zip(before, status, (n0, n1)):
-            assert new.alive and new.pid != old and not Path(f"/proc/{old}").exists()
+            assert new.alive and new.pid != old and not running(old)
             assert new.pid in slurm_cluster.netns_hosts.ns_pids(host.netns)
 
         # The seed on the fresh kernels: both print its exact line.

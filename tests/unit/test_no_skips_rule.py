@@ -45,7 +45,10 @@ def _run(tmp_path: Path, files: dict[str, str], no_skips: bool) -> subprocess.Co
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MWNOTEBOOK_NO_SKIPS": "1" if no_skips else ""}
+    # No third-party plugins: the rule under test is the only one the child pytest needs (and each
+    # autoloaded plugin costs the child seconds of imports).
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MWNOTEBOOK_NO_SKIPS": "1" if no_skips else "",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests._shared.no_skips", "-p", "no:cacheprovider",
                            "-q", "-rA", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path),
                            *files], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
