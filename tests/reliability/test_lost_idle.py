@@ -59,16 +59,29 @@ def _drop_my_idle():
 
 LINES = 300
 #: Every worker says which request its cell is and prints LINES flushed lines (one IOPub message
-#: each); worker 0's idle for this request is dropped.
+#: each); worker 0's idle for this request is dropped. With TICKER, each worker has also started a
+#: thread that prints every 0.3 s until the next cell stops it: its lines carry the kernel's latest
+#: request, so after the reply they keep arriving as this request's output.
 CELL = f'''
-import os
+import os, threading
 me = get_ipython().kernel.get_parent()["header"]["msg_id"]
+_stop = threading.Event()
+def _tick():
+    n = 0
+    while not _stop.wait(0.3):
+        n += 1
+        print("tick", n, flush=True)
+_ticker = threading.Thread(target=_tick, daemon=True) if TICKER else None
+if _ticker:
+    _ticker.start()
 if os.environ["MWNOTEBOOK_WORKER_INDEX"] == "0":
     _drop_my_idle()
 print("request", me, flush=True)
 for i in range({LINES}):
     print("line", i, flush=True)
 '''
+#: The next cell: stops the ticker (if any) and says how many idles the worker dropped.
+AFTER = "_stop.set()\nif _ticker:\n    _ticker.join()\nprint('dropped', len(_mw_dropped))"
 EXPECTED_LINES = [f"line {i}" for i in range(LINES)]
 #: Generous bound on one cell (hang bound only): the engine gives a silent drain up after 3 s.
 HANG_BOUND_S = 90
@@ -108,11 +121,17 @@ def _lines(text: str) -> list[str]:
 
 
 def _request(text: str) -> str:
-    first = text.splitlines()[0] if text else ""
-    return first.split()[1] if first.startswith("request ") else ""
+    """The msg_id the worker said its cell's request had."""
+    said = [line.split()[1] for line in text.splitlines() if line.startswith("request ")]
+    return said[0] if len(said) == 1 else ""
 
 
-def test_a_lost_idle_ends_the_cell_with_all_its_output_and_the_next_cell_works() -> None:
+def _untick(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not line.startswith("tick ")]
+
+
+@pytest.mark.parametrize("ticker", [False, True], ids=["quiet after the cell", "a thread keeps printing"])
+def test_a_lost_idle_ends_the_cell_with_all_its_output_and_the_next_cell_works(ticker: bool) -> None:
     scan = OrphanScan()
     # Exec'd workers: nothing here needs the TensorFlow-imported template.
     with Cluster(workers=2, template=False) as cluster:
@@ -121,20 +140,22 @@ def test_a_lost_idle_ends_the_cell_with_all_its_output_and_the_next_cell_works()
         workers = cluster._core._workers  # noqa: SLF001 (what the engine holds per worker is private)
         with IOPubRecorder(cluster, 0) as iopub0, IOPubRecorder(cluster, 1) as iopub1:
             cluster.run("pass")  # the readers already wait in the old method: one message goes by them
-            cell = CellThread(cluster, CELL)
+            cell = CellThread(cluster, f"TICKER = {ticker}\n" + CELL)
             cell.join(HANG_BOUND_S)
             result = cell.result
             ended = cell.error is None and result is not None
             # The next cell on the same workers: both answer; worker 0 dropped exactly one idle.
-            after = cluster.run("print(len(_mw_dropped))")
-        recovered = after.ok and after.output_complete and [after.stdout(i) for i in range(2)] == ["1\n", "0\n"]
+            after = cluster.run(AFTER)
+        recovered = (after.ok and after.output_complete
+                     and [_untick(after.stdout(i)) for i in range(2)] == [["dropped 1"], ["dropped 0"]])
         status = cluster.status()
         same_workers = [w.pid for w in status] == pids and all(w.alive for w in status)
         # The engine's own bookkeeping: no request listens for IOPub any more, no run holds a worker.
         nothing_waiting = all(not w._listeners and not w._busy.locked() for w in workers)  # noqa: SLF001
     orphans = scan.orphans()
     failed_s = None if cell.ended_at is None else cell.ended_at - cell.started_at
-    record("13 worker 0's IOPub idle lost (dropped at its socket)", failed_s=failed_s, recovered=recovered,
+    scenario = "13b ... while a thread prints" if ticker else "13 worker 0's IOPub idle lost (dropped at its socket)"
+    record(scenario, failed_s=failed_s, recovered=recovered,
            orphans=len(orphans), note=f"cell ended: {ended}", ok=ended and same_workers and nothing_waiting)
     assert ended, f"the cell did not end cleanly: {cell.error!r}"
     requests = [_request(result.stdout(i)) for i in range(2)]
