@@ -3,8 +3,7 @@
 ipykernel publishes IOPub through a ZMQ PUB socket, and a PUB socket above its high-water mark
 drops what it is handed, silently: the notebook then gets a cell's execute_reply but never its
 ``status: idle`` (this is how 2 of 5 output floods hung before mwnotebook/processes/runtime/output.py).
-The engine (``Worker._drain`` in mwnotebook/engine/connection.py) waits for the idle only while
-messages keep coming, so a lost idle costs a few seconds, not the cell.
+The engine (``Worker._drain`` in mwnotebook/engine/connection.py) must not wait for it forever.
 
 How the idle is lost here: a worker-side cell replaces, for its own request only, the IOPub thread's
 ``_really_send`` (ipykernel/iostream.py: the one place where a message is handed to the ZMQ socket)
@@ -12,7 +11,12 @@ with one that discards that request's ``idle`` once and then puts the original b
 drop happens at exactly that hand-over, so the notebook sees what a high-water-mark drop leaves: every
 message but the idle. A real flood cannot be used: the workers' IOPub has no high-water mark any more
 (output.py), and even with one, which message a flood drops is chance. The test also records what
-worker 0's IOPub channel really delivered, to show that the idle was not on the wire.
+the workers' IOPub channels really delivered, to show that the idle was not on the wire.
+
+Two cases: the worker is quiet after its cell (the drain gives up after 3 quiet seconds), and a
+thread the cell started keeps printing. The second hung the cell for ever before the drain learned
+to read the messages' dates (IOPub was never quiet); it is run both through ``Cluster`` and through
+``%%mwtrain`` in a real notebook kernel, where the user sees every labelled line and one note.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import pytest
 from mwnotebook import Cluster
 
 from .._shared.processes import OrphanScan
-from .conftest import CellThread, record
+from .conftest import CLUSTER_MODULES, CellThread, record, wait_gone
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(600)]
 
@@ -170,3 +174,33 @@ def test_a_lost_idle_ends_the_cell_with_all_its_output_and_the_next_cell_works(t
     assert same_workers, (pids, status)  # no restart was needed
     assert nothing_waiting  # no request of the cell is left waiting for its idle in the engine
     assert not orphans
+
+
+MAGIC = "%%mwtrain --workers 2 --no-template --no-dashboard\n"
+
+
+def test_in_a_notebook_a_lost_idle_ends_the_cell_with_every_labelled_line(notebook_factory) -> None:
+    """What the user sees: a real notebook kernel runs the magic; worker 0 loses its idle while a
+    thread it started keeps printing. The cell ends, shows every line of both workers labelled, the
+    next cell works on the same workers, and the cluster's stop leaves nothing running."""
+    nb = notebook_factory()
+    reply, _, _ = nb.execute(MAGIC + DROPPER, timeout=120)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    workers = nb.workers(CLUSTER_MODULES)  # a worker template may serve the notebook on
+    assert len(workers) >= 2, workers
+    reply, text, _ = nb.execute(MAGIC + "TICKER = True\n" + CELL, timeout=HANG_BOUND_S)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    for w in range(2):
+        shown = [line for line in text.splitlines() if line.startswith(f"[worker {w}] line ")]
+        assert shown == [f"[worker {w}] {line}" for line in EXPECTED_LINES], text[-2000:]
+    # One note says what happened, to whom, and that nothing counted was lost (connection.py's warning).
+    notes = [line for line in text.splitlines() if "'idle' status never arrived" in line]
+    assert len(notes) == 1 and notes[0].startswith("worker 0:") and "all the output it counted did" in notes[0], notes
+    reply, text, _ = nb.execute(MAGIC + AFTER, timeout=HANG_BOUND_S)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert "[worker 0] dropped 1" in text and "[worker 1] dropped 0" in text, text
+    assert nb.workers(CLUSTER_MODULES) == workers  # the same workers: no restart was needed
+    reply, _, _ = nb.execute("%mwcluster stop", timeout=60)
+    assert reply["content"]["status"] == "ok"
+    left, _ = wait_gone(workers, timeout=10)
+    assert not left, f"worker processes left after the stop: {sorted(left)}"
