@@ -57,7 +57,8 @@ def route_to_stderr(logger: logging.Logger) -> None:
             logger.addHandler(routed)
 
 
-def _patch(tensorflow: ModuleType) -> None:
+def patch_tensorflow(tensorflow: ModuleType) -> None:
+    """Level and route the logger of an imported ``tensorflow`` (the after-import patch)."""
     get_logger = getattr(tensorflow, "get_logger", None)
     # Ask TensorFlow for its logger now, so that its handler exists and its interactive level is
     # set before the level below (it is made on first request, which may not have happened yet).
@@ -69,4 +70,4 @@ def _patch(tensorflow: ModuleType) -> None:
 def install() -> None:
     """Route and level TensorFlow's logger when TensorFlow is imported, or now if it already is
     (here, or in the worker template this process was forked from)."""
-    patch_when_imported(LOGGER, _patch)
+    patch_when_imported(LOGGER, patch_tensorflow)
