@@ -5,7 +5,11 @@ and on exec'd workers.
 The record is a real one: a stock tf_keras ``fit(verbose=1)`` whose ``on_train_batch_end`` sleeps
 0.3 s, so tf_keras logs "Callback method `on_train_batch_end` is slow compared to the batch time"
 after its first five batches (tf_keras/src/callbacks.py; a batch of this model takes milliseconds).
-Before the fix an exec'd worker wrote it into the middle of a progress line on stdout.
+Before the fix an exec'd worker wrote it into the middle of a progress line on stdout. A forked
+worker wrote it to the template's file descriptor 2: in a notebook ipykernel's capture of that
+descriptor relayed it as stderr (another thread and a pipe, not in order with the cell's output),
+but under pytest it never reached the notebook at all, because ipykernel captures no descriptors
+when ``PYTEST_CURRENT_TEST`` is in the environment (ipykernel/iostream.py) and the workers inherit it.
 """
 
 from __future__ import annotations
