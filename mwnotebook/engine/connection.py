@@ -8,7 +8,6 @@ ended (a thread printing after its cell returned) goes to :class:`~mwnotebook.en
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import logging
 import os
@@ -16,12 +15,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Literal, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 
 from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
 from mwnotebook.engine.late_output import LateOrigin, LateOutput
+from mwnotebook.engine.output_tally import OutputTally
 from mwnotebook.engine.wire import WorkerClient
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle
@@ -62,6 +63,15 @@ class ExecutionOutcome:
 #: After the execute_reply, how long IOPub may stay silent before the rest of the output is given up
 #: (a lost ``idle`` status must not hold the cell forever).
 DRAIN_QUIET_SECONDS = 3.0
+#: A message the worker made this long after a request's reply proves that request's idle (made right
+#: after the reply, sent before the message) was lost: see ``Worker._drain``.
+IDLE_PASSED_SECONDS = 1.0
+#: The longest wait for a request's idle after its reply when the messages' dates cannot tell (a
+#: thread printing every second would otherwise hold a cell whose idle was lost). Generous: a real
+#: backlog cut here is not lost, it is shown as late output.
+DRAIN_MAX_SECONDS = 120.0
+#: How often the drain looks again whether a message made after the idle has arrived.
+_DRAIN_POLL_SECONDS = 0.25
 #: After ``idle``, how long the execute_reply may take before it is counted as lost.
 REPLY_AFTER_IDLE_SECONDS = 10.0
 #: The user expression through which a worker reports how much it wrote (mwnotebook/processes/runtime/output.py).
@@ -80,50 +90,22 @@ def output_log_dir() -> str:
     return path
 
 
+def _date(value: Any) -> datetime | None:
+    """A message header's date (an ISO string as :mod:`mwnotebook.engine.wire` leaves it, or a
+    datetime from jupyter_client's own parsing), or None if it has none that can be compared."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, datetime) and value.tzinfo is not None else None
+
+
 def _as_expression(value: Any) -> dict[str, Any]:
     """A value from reply metadata, in the shape of an evaluated user expression."""
     if value is None:
         return {"status": "error", "ename": "Missing", "evalue": "not in the reply's metadata"}
     return {"status": "ok", "data": {"text/plain": repr(value)}, "metadata": {}}
-
-
-class _OutputTally:
-    """Counts the stream characters that arrived for one request, and appends them to the log
-    (opened at the first stream message: most requests write nothing)."""
-
-    def __init__(self, log_path: str | None) -> None:
-        self.received: dict[str, int] = {}
-        self._log_path = log_path
-        self._file: Any = None
-
-    def add(self, msg: dict[str, Any]) -> None:
-        if msg["msg_type"] != "stream":
-            return
-        name = msg["content"].get("name", "stdout")
-        text = msg["content"].get("text", "")
-        self.received[name] = self.received.get(name, 0) + len(text)
-        if self._log_path:
-            if self._file is None:
-                self._file = open(self._log_path, "a", encoding="utf-8")
-            self._file.write(text)
-
-    def lost(self, expression: dict[str, Any] | None) -> dict[str, int]:
-        """Per stream, characters the worker wrote that did not arrive ({} if it cannot say)."""
-        if not expression or expression.get("status") != "ok":
-            return {}
-        try:
-            written = ast.literal_eval(expression.get("data", {}).get("text/plain", "{}"))
-        except (ValueError, SyntaxError):
-            return {}
-        if not isinstance(written, dict):
-            return {}
-        return {name: count - self.received.get(name, 0) for name, count in written.items()
-                if isinstance(count, int) and count > self.received.get(name, 0)}
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
 
 class Worker:
@@ -158,6 +140,7 @@ class Worker:
         self._origins: dict[str, LateOrigin] = {}  # recent request msg_id -> the cell it belongs to
         self._last_origin = self.late.origin
         self._last_iopub = time.monotonic()
+        self._newest_date: Any = None  # the header date of the newest IOPub message, unparsed
         self._reader: asyncio.Future[None] | None = None
 
     @property
@@ -232,7 +215,7 @@ class Worker:
         msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                                      stop_on_error=False, user_expressions=asked)
         self._remember_origin(msg_id, silent)
-        tally = _OutputTally(self.output_log if not silent else None)
+        tally = OutputTally(self.output_log if not silent else None)
         idle: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def relay(msg: dict[str, Any]) -> None:
@@ -251,10 +234,14 @@ class Worker:
             raise ConnectionError(f"worker {self.index}: its IOPub channel is closed")
         self._listeners[msg_id] = relay
         reply_task = asyncio.ensure_future(self._reply_for(msg_id, "execute_reply"))
+        expressions: dict[str, Any] = {}
         try:
             reply = await self._await_reply(reply_task, idle)
+            if reply is not None:
+                expressions = self._answers(reply, from_metadata)
+                tally.expect(expressions.pop(OUTPUT_COUNT_KEY, None))
             self._last_iopub = max(self._last_iopub, time.monotonic())  # the drain's quiet time starts now
-            complete = await self._drain(idle)
+            complete = await self._drain(idle, (reply.get("header") or {}).get("date") if reply else None)
         finally:
             self._listeners.pop(msg_id, None)
             if not reply_task.done():
@@ -269,16 +256,14 @@ class Worker:
                        f"(waited {REPLY_AFTER_IDLE_SECONDS:.0f} s)", seconds=time.monotonic() - started,
                 output_complete=complete, log_path=self.output_log)
         content = reply["content"]
-        expressions = dict(content.get("user_expressions") or {})
-        answers = (reply.get("metadata") or {}).get(REPLY_METADATA_KEY)
-        if isinstance(answers, dict):
-            self.answers_in_metadata = True
-            for name, key in from_metadata.items():
-                expressions[name] = _as_expression(answers.get(key))
-        lost = tally.lost(expressions.pop(OUTPUT_COUNT_KEY, None))
-        if lost or not complete:
-            log.warning("worker %d: output lost %s (idle seen: %s); the worker's own count is the truth",
-                        self.index, lost, complete)
+        lost = tally.lost()
+        if lost:
+            log.warning("worker %d: characters it wrote never reached the notebook (its own count, per "
+                        "stream): %s", self.index, lost)
+        elif not complete:
+            log.warning("worker %d: its end-of-cell 'idle' status never arrived (%s); output after now is "
+                        "shown as late output", self.index,
+                        "all the output it counted did" if tally.caught_up() else "its output may be cut")
         return ExecutionOutcome(
             status=content.get("status", "error"), ename=content.get("ename", ""),
             evalue=content.get("evalue", ""), traceback=list(content.get("traceback", [])),
@@ -301,6 +286,7 @@ class Worker:
             while True:
                 msg = await self.client.get_iopub_msg()
                 self._last_iopub = time.monotonic()
+                self._newest_date = (msg.get("header") or {}).get("date") or self._newest_date
                 parent = msg.get("parent_header", {}).get("msg_id")
                 listener = self._listeners.get(parent) if parent else None
                 if listener is not None:
@@ -336,13 +322,39 @@ class Worker:
                 return None
         return reply_task.result()
 
-    async def _drain(self, idle: asyncio.Future[None]) -> bool:
-        """Let this request's ``idle`` arrive while messages keep arriving; False if it never does."""
+    def _answers(self, reply: dict[str, Any], from_metadata: dict[str, str]) -> dict[str, Any]:
+        """The reply's user expressions, with those answered in its metadata filled in."""
+        expressions = dict(reply["content"].get("user_expressions") or {})
+        answers = (reply.get("metadata") or {}).get(REPLY_METADATA_KEY)
+        if isinstance(answers, dict):
+            self.answers_in_metadata = True
+            for name, key in from_metadata.items():
+                expressions[name] = _as_expression(answers.get(key))
+        return expressions
+
+    async def _drain(self, idle: asyncio.Future[None], replied: Any) -> bool:
+        """Let this request's ``idle`` arrive; False if it never does.
+
+        ipykernel makes the idle right after the reply (``replied``: the reply's date, the worker's
+        clock) and sends it on the same socket as all output, which arrives in the order sent. So a
+        backlog of output the worker sent before its idle may take its time (the wait goes on while
+        messages keep coming), but once a message arrives that the worker made clearly after its
+        reply (IDLE_PASSED_SECONDS), the idle would have come before it: it was lost, and the wait
+        ends. Else (a worker whose messages carry no dates) after DRAIN_MAX_SECONDS at the latest: a
+        thread printing every second must not hold a cell whose idle was lost.
+        """
+        started = time.monotonic()
+        replied_at = _date(replied) if not idle.done() else None  # parsed only when the idle is late
+        passed = replied_at + timedelta(seconds=IDLE_PASSED_SECONDS) if replied_at is not None else None
         while not idle.done():
-            quiet_for = time.monotonic() - self._last_iopub
-            if quiet_for >= DRAIN_QUIET_SECONDS:
+            newest = _date(self._newest_date) if passed is not None else None
+            if passed is not None and newest is not None and newest > passed:
                 return False
-            await asyncio.wait([idle], timeout=DRAIN_QUIET_SECONDS - quiet_for)
+            now = time.monotonic()
+            left = min(DRAIN_QUIET_SECONDS - (now - self._last_iopub), DRAIN_MAX_SECONDS - (now - started))
+            if left <= 0:
+                return False
+            await asyncio.wait([idle], timeout=min(left, _DRAIN_POLL_SECONDS))
         return True
 
     async def _reply_for(self, msg_id: str, msg_type: str, timeout: float | None = None) -> dict[str, Any]:

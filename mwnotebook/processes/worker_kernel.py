@@ -11,11 +11,10 @@ worker template (``worker_template.py``, which handles parent death its own way)
 
 from __future__ import annotations
 
-import logging
 import os
 
 from mwnotebook.processes import worker_runtime
-from mwnotebook.processes.runtime.after_import import patch_when_imported
+from mwnotebook.processes.runtime import tf_logs
 from mwnotebook.processes.shipped import owner_watch
 
 
@@ -28,20 +27,10 @@ def _die_with_parent(parent_pid: int) -> None:
     owner_watch.watch_parent(parent_pid, _exit_now)  # also when it died before prctl took effect
 
 
-def _script_level_logs(tensorflow: object) -> None:
-    """Give TensorFlow's Python logger the level it has in a script.
-
-    TensorFlow logs at INFO to stdout when it sees an interactive shell (IPython sets ``sys.ps1``),
-    so every worker would print lines such as "Collective all_reduce tensors: ..." that the same
-    code run as a script (the seed's hand launch) does not. ``tf.get_logger().setLevel("INFO")``
-    in a cell brings them back.
-    """
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)
-
-
 def script_level_tensorflow_logs() -> None:
-    """Set the level when TensorFlow is imported, or now if it already is (here, or in a worker template)."""
-    patch_when_imported("tensorflow", _script_level_logs)
+    """TensorFlow's Python logger at a script's level, writing to the running kernel's stderr
+    (mwnotebook/processes/runtime/tf_logs.py), once TensorFlow is imported or now if it already is."""
+    tf_logs.install()
 
 
 def serve(argv: list[str] | None = None) -> None:

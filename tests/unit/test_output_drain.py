@@ -119,3 +119,53 @@ def test_a_worker_without_reply_metadata_keeps_being_asked(tmp_path, monkeypatch
     asyncio.run(asyncio.wait_for(worker.execute("x", lambda m: None, user_expressions={"settle": SETTLE_EXPRESSION}),
                                  5))
     assert set(asked[0]) == {"settle", OUTPUT_COUNT_KEY}
+
+
+
+class TickingClient(FakeClient):
+    """A worker whose idle was lost while a thread it started keeps printing (every 0.05 s, so
+    IOPub is never quiet). With ``dated``, messages carry the worker's dates as a kernel's do: the
+    reply at 10:00:00, tick n at n seconds later."""
+
+    def __init__(self, dated: bool) -> None:
+        super().__init__([], {"stdout": 0})
+        self.dated = dated
+        self.ticker: asyncio.Future[None] | None = None
+
+    def _header(self, seconds: int) -> dict[str, Any]:
+        return {"header": {"date": f"2026-12-01T10:{seconds // 60:02d}:{seconds % 60:02d}.000000Z"}} if self.dated else {}
+
+    def execute(self, code: str, **_: Any) -> str:
+        msg_id = super().execute(code)
+        reply = self._shell.get_nowait()
+        self._shell.put_nowait({**reply, **self._header(0)})
+
+        async def tick() -> None:
+            for n in range(1, 1000):
+                await asyncio.sleep(0.05)
+                self._iopub.put_nowait({**_stream(f"tick {n}\n"), "parent_header": {"msg_id": msg_id},
+                                        **self._header(n)})
+        self.ticker = asyncio.ensure_future(tick())
+        return msg_id
+
+    def run(self, tmp_path) -> connection.ExecutionOutcome:
+        async def run() -> connection.ExecutionOutcome:
+            try:
+                return await asyncio.wait_for(_worker(self, tmp_path).execute("x", lambda m: None), 5)
+            finally:
+                if self.ticker is not None:
+                    self.ticker.cancel()
+        return asyncio.run(run())
+
+
+def test_a_lost_idle_does_not_wait_behind_a_thread_that_keeps_printing(tmp_path, monkeypatch):
+    # IOPub is never quiet, but a message the worker made 2 s after its reply shows the idle is gone.
+    monkeypatch.setattr(connection, "DRAIN_MAX_SECONDS", 60.0)
+    outcome = TickingClient(dated=True).run(tmp_path)
+    assert outcome.status == "ok" and outcome.output_complete is False
+
+
+def test_without_dates_the_wait_for_a_lost_idle_is_still_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(connection, "DRAIN_MAX_SECONDS", 0.5)
+    outcome = TickingClient(dated=False).run(tmp_path)
+    assert outcome.status == "ok" and outcome.output_complete is False
