@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from mwnotebook.errors import WorkerError, WorkerFailure
-from mwnotebook.frontend.cli.command import RunObserver, describe_failure, main, render_report
+from mwnotebook.frontend.cli.command import main
+from mwnotebook.frontend.cli.run_observer import RunObserver, describe_failure
+from mwnotebook.frontend.cli.run_report import render_report
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput, WorkerStateChanged
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_train.py"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from mwnotebook.frontend.chart.status import StatusBoard
-from mwnotebook.frontend.cli.command import RunObserver
+from mwnotebook.frontend.cli.run_observer import RunObserver
 from mwnotebook.shared.events import WorkerMetrics, WorkerStateChanged
 from mwnotebook.shared.run_states import RunStates
 

@@ -19,7 +19,7 @@ import logging
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,18 @@ def marked(func: object, marker: str) -> bool:
             return True
         func, seen = getattr(func, "__wrapped__", None), seen + 1
     return False
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def stacked_on(original: Callable[..., Any], wrapper: _F, marker: str) -> _F:
+    """Make ``wrapper`` a layer over ``original`` that :func:`marked` finds by ``marker``: it keeps
+    ``original``'s docstring (what ``help()`` shows the user) and points at it with ``__wrapped__``."""
+    setattr(wrapper, marker, True)
+    wrapper.__doc__ = original.__doc__
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    return wrapper
 
 
 def pending(name: str) -> bool:

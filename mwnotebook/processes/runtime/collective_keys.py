@@ -38,7 +38,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from mwnotebook.processes.runtime.after_import import marked, patch_when_imported
+from mwnotebook.processes.runtime.after_import import marked, patch_when_imported, stacked_on
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,7 @@ def patch_enable_collective_ops() -> None:
             return
         original(self, server_def)
 
-    enable_collective_ops.mwnotebook_once = True  # type: ignore[attr-defined]
-    enable_collective_ops.__wrapped__ = original  # type: ignore[attr-defined]
-    cls.enable_collective_ops = enable_collective_ops
+    cls.enable_collective_ops = stacked_on(original, enable_collective_ops, "mwnotebook_once")
 
 
 def patch_strategy_classes(module: ModuleType) -> None:
@@ -117,10 +115,7 @@ def patch_strategy_classes(module: ModuleType) -> None:
             __cls._collective_key_base = next_key_base()  # noqa: SLF001
             __original(self, *args, **kwargs)
 
-        __init__.mwnotebook_fresh_keys = True  # type: ignore[attr-defined]
-        __init__.__doc__ = original.__doc__
-        __init__.__wrapped__ = original  # type: ignore[attr-defined]
-        cls.__init__ = __init__
+        cls.__init__ = stacked_on(original, __init__, "mwnotebook_fresh_keys")
 
 
 def install() -> None:

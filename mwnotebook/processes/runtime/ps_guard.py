@@ -28,7 +28,7 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-from mwnotebook.processes.runtime.after_import import marked, patch_when_imported
+from mwnotebook.processes.runtime.after_import import marked, patch_when_imported, stacked_on
 from mwnotebook.processes.runtime.collective_keys import TARGET_MODULE
 
 MESSAGE = ("this is a parameter-server cluster (%%mwtrain --ps): it is for ParameterServerStrategy, "
@@ -61,10 +61,7 @@ def patch_strategy_classes(module: ModuleType) -> None:
                 raise WrongStrategyForCluster(MESSAGE)
             __original(self, *args, **kwargs)
 
-        __init__.mw_ps_guard = True  # type: ignore[attr-defined]
-        __init__.__doc__ = original.__doc__
-        __init__.__wrapped__ = original  # type: ignore[attr-defined]
-        cls.__init__ = __init__
+        cls.__init__ = stacked_on(original, __init__, "mw_ps_guard")
 
 
 PS_MODULE = "tensorflow.python.distribute.parameter_server_strategy_v2"
@@ -94,10 +91,7 @@ def patch_ps_strategy(module: ModuleType) -> None:
         __original(self, *args, **kwargs)
         _made += 1
 
-    __init__.mw_ps_guard = True  # type: ignore[attr-defined]
-    __init__.__doc__ = original.__doc__
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    cls.__init__ = __init__
+    cls.__init__ = stacked_on(original, __init__, "mw_ps_guard")
 
 
 KERAS_TRAINING = "tf_keras.src.engine.training"
@@ -125,10 +119,7 @@ def patch_keras_verbosity(module: ModuleType) -> None:
             verbose = 2
         return __original(verbose, distribute_strategy)
 
-    _get_verbosity.mw_ps_verbose = True  # type: ignore[attr-defined]
-    _get_verbosity.__doc__ = original.__doc__
-    _get_verbosity.__wrapped__ = original  # type: ignore[attr-defined]
-    module._get_verbosity = _get_verbosity  # type: ignore[attr-defined]  # noqa: SLF001 - the hook, see above
+    module._get_verbosity = stacked_on(original, _get_verbosity, "mw_ps_verbose")  # type: ignore[attr-defined]  # noqa: SLF001 - the hook, see above
 
 
 def install() -> None:
