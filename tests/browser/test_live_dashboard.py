@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 from .conftest import Lab
-from .widget_page import click_cell
+from .widget_page import prompts, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 
@@ -94,30 +94,6 @@ def _worker_counts(charts: list) -> list[int] | None:
     return None
 
 
-def _prompts(page) -> list[str]:
-    return page.eval_on_selector_all(".jp-Cell .jp-InputPrompt", "els => els.map(e => e.textContent)")
-
-
-def _run_cell(page, index: int, deadline_s: float = 90.0, retry_s: float = 8.0) -> None:
-    """Run cell ``index`` and wait until the kernel took it (its prompt shows ``*`` or a number).
-
-    The execution indicator reads "idle" for a moment before the kernel is even connected, and a
-    cell run then is silently dropped; so run, check, and run again (only for idempotent cells).
-    """
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if not click_cell(page, index, ".jp-Cell .jp-InputArea-editor"):
-            continue
-        page.keyboard.press("Shift+Enter")
-        tried = time.monotonic()
-        while time.monotonic() - tried < retry_s:
-            prompt = _prompts(page)[index]
-            if "*" in prompt or any(ch.isdigit() for ch in prompt):
-                return
-            time.sleep(0.2)
-    raise AssertionError(f"cell {index} never started; prompts: {_prompts(page)}")
-
-
 def _screenshot(page, path) -> None:
     """The training cell's outputs (JupyterLab scrolls inside its own panel, not the page)."""
     outputs = page.locator(".jp-Cell").nth(1).locator(".jp-OutputArea")
@@ -129,7 +105,7 @@ def _screenshot(page, path) -> None:
 
 
 def _cell_running(page) -> bool:
-    return any("*" in p for p in _prompts(page))
+    return any("*" in p for p in prompts(page))
 
 
 def test_live_chart_grows_while_the_cell_runs(lab: Lab, page, artifacts_dir):
@@ -137,9 +113,9 @@ def test_live_chart_grows_while_the_cell_runs(lab: Lab, page, artifacts_dir):
     page.goto(lab.notebook_url(name))
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-    _run_cell(page, 0)  # %load_ext mwnotebook (idempotent: safe to retry)
+    run_cell(page, 0)  # %load_ext mwnotebook (idempotent: safe to retry)
     page.wait_for_function("() => /[0-9]/.test(document.querySelectorAll('.jp-Cell .jp-InputPrompt')[0].textContent)")
-    _run_cell(page, 1, retry_s=60.0)  # the %%mwtrain cell, once
+    run_cell(page, 1, retry_s=60.0)  # the %%mwtrain cell, once
     start = time.monotonic()
     samples: list[tuple[float, bool, list[int] | None]] = []
     shot_taken = False

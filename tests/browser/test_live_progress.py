@@ -14,7 +14,8 @@ import nbformat
 import pytest
 
 from .conftest import Lab
-from .test_live_dashboard import _cell_running, _prompts, _run_cell
+from .test_live_dashboard import _cell_running
+from .widget_page import prompts, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 
@@ -92,12 +93,12 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
     page.goto(lab.notebook_url(name))
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-    _run_cell(page, 0)
+    run_cell(page, 0)
     page.wait_for_function("() => /[0-9]/.test(document.querySelectorAll('.jp-Cell .jp-InputPrompt')[0].textContent)")
-    _run_cell(page, 1, retry_s=60.0)
+    run_cell(page, 1, retry_s=60.0)
     page.wait_for_function("() => /[0-9]/.test(document.querySelectorAll('.jp-Cell .jp-InputPrompt')[1].textContent)",
                            timeout=240_000)
-    _run_cell(page, 2, retry_s=60.0)
+    run_cell(page, 2, retry_s=60.0)
     start = time.monotonic()
     seen: list[tuple[float, tuple[int, int], tuple[int, int], list, dict]] = []
     shots: list[str] = []
@@ -146,7 +147,7 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
         assert len(ends) == 3, final
     # a cell that reports no metric draws no chart
     cells = page.locator(".jp-Cell")
-    _run_cell(page, 3, retry_s=60.0)
+    run_cell(page, 3, retry_s=60.0)
     page.wait_for_function("() => !document.querySelectorAll('.jp-Cell .jp-InputPrompt')[3].textContent.includes('*')"
                            " && /[0-9]/.test(document.querySelectorAll('.jp-Cell .jp-InputPrompt')[3].textContent)",
                            timeout=60_000)
@@ -164,7 +165,7 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
     assert all(line in saved for line in late_lines), saved
     size = (lab.root / name).stat().st_size
     (artifacts_dir / "browser_live_progress_saved_size.json").write_text(json.dumps({"bytes": size}))
-    print(f"screenshots: {shots}; saved notebook: {size} bytes; prompts {_prompts(page)}")
+    print(f"screenshots: {shots}; saved notebook: {size} bytes; prompts {prompts(page)}")
     assert size < 300_000, size
 
 
@@ -184,9 +185,9 @@ def _late_output_shows_in_its_cell(page, index: int, artifacts_dir) -> list[str]
     JupyterLab shows them in that cell (it keeps a finished cell's request open). Returns them."""
     done = f"() => /[0-9]/.test(document.querySelectorAll('.jp-Cell .jp-InputPrompt')[{index}].textContent)"
     text_of = f"() => document.querySelectorAll('.jp-Cell')[{index}].querySelector('.jp-OutputArea').innerText"
-    _run_cell(page, index, retry_s=60.0)
+    run_cell(page, index, retry_s=60.0)
     page.wait_for_function(done, timeout=60_000)
-    count = _prompts(page)[index].strip("[]: ")
+    count = prompts(page)[index].strip("[]: ")
     assert "late line" not in page.evaluate(text_of)  # printed 3 s after the cell returned
     wanted = [f"[worker {w}, after cell {count}] late line of worker {w}" for w in (0, 1)]
     deadline = time.monotonic() + 30

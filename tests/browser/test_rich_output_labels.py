@@ -13,14 +13,8 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import secrets
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -28,8 +22,8 @@ import pytest
 
 from tests._shared.modules import require
 
-from .conftest import CHROMIUM, CHROMIUM_ARGS, Lab, stop_lab
-from .test_live_dashboard import _prompts, _run_cell
+from .conftest import CHROMIUM, CHROMIUM_ARGS, Lab
+from .widget_page import prompts, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -71,59 +65,6 @@ READ_OUTPUTS = """() => {
     return {kind: 'other', text: o.innerText.slice(0, 200)};
   });
 }"""
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_notebook7(root: Path) -> Lab:
-    """Notebook 7 (the ``notebook`` package) serving ``root`` on loopback, as conftest.start_lab
-    starts JupyterLab; stopped with conftest.stop_lab."""
-    port, token = _port(), secrets.token_hex(16)
-    settings = root / ".settings"
-    news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    news.parent.mkdir(parents=True, exist_ok=True)
-    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".config"), JUPYTERLAB_SETTINGS_DIR=str(settings),
-               JUPYTER_RUNTIME_DIR=str(root / ".runtime"), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "notebook", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
-           "--ServerApp.shutdown_no_activity_timeout=900"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    log_path = root / "notebook.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-    server = Lab(f"http://127.0.0.1:{port}", token, root, process, log_path)
-    deadline = time.monotonic() + 90  # a generous bound for a loaded machine, not a timing check
-    while True:
-        try:
-            server.api("/api/status")
-            return server
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                stop_lab(server)
-                raise RuntimeError(f"Notebook 7 did not start:\n{server.log_tail()}") from None
-            time.sleep(0.3)
-
-
-@pytest.fixture(scope="module")
-def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if CHROMIUM is None or not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium ({CHROMIUM or 'chromium is not on PATH'}): apt-get install -y chromium")
-    require("playwright.sync_api", "pip install -e '.[test]'")
-    require("notebook", "pip install -e '.[test]'")
-    try:
-        server = start_notebook7(tmp_path_factory.mktemp("nb7"))
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield server
-    finally:
-        stop_lab(server)
 
 
 @pytest.fixture(params=["jupyterlab", "notebook7"])
@@ -213,9 +154,9 @@ def test_each_workers_figures_and_tables_are_labelled_and_shared_ones_show_once(
             deadline = time.monotonic() + 90  # the kernel starting, on a loaded machine
             while not _kernel_idle(server) and time.monotonic() < deadline:
                 time.sleep(0.3)
-            _run_cell(page, 0)
+            run_cell(page, 0)
             _wait_done(page, 0, 90)
-            _run_cell(page, 1, retry_s=60.0)
+            run_cell(page, 1, retry_s=60.0)
             _wait_done(page, 1, 300)  # hang bound: two workers start and import matplotlib
             page.wait_for_timeout(1000)  # images decode
             items = page.evaluate(READ_OUTPUTS)
@@ -229,7 +170,7 @@ def test_each_workers_figures_and_tables_are_labelled_and_shared_ones_show_once(
             labels = [i for i in items if i["kind"] == "label"]
             outputs = _saved_outputs(server.root / name, len(labels))  # the browser stays open until saved
             (artifacts_dir / f"browser_rich_labels_{kind}.json").write_text(json.dumps(items, indent=1))
-            prompts = _prompts(page)
+            shown_prompts = prompts(page)
         finally:
             browser.close()
 
@@ -240,7 +181,7 @@ def test_each_workers_figures_and_tables_are_labelled_and_shared_ones_show_once(
     assert all(i["shown"] for _, i in images), images
     # each worker's own (square) figure once, after its own label; the two differ
     own = sorted((label, i["src"]) for label, i in images if not i["wide"])
-    assert [label for label, _ in own] == ["[worker 0]", "[worker 1]"], (items, prompts)
+    assert [label for label, _ in own] == ["[worker 0]", "[worker 1]"], (items, shown_prompts)
     assert own[0][1] != own[1][1]
     # the (wide) figure that is the same on both workers once, labelled for both
     assert [label for label, i in images if i["wide"]] == ["[all 2 workers]"], items

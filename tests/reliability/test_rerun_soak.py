@@ -15,7 +15,7 @@ the statistical net behind it, for causes no deterministic test knows about. Wit
 seed cell failed 3 of 100 reruns and the fit cell 1 of 80 (benchmarks/README.md). A failure rate p
 is missed by n reruns with probability (1 - p)^n: 40 seed reruns catch the seed's own 3/100 with
 1 - 0.97^40 = 0.70 and a 1-in-40 rate with 1 - 0.975^40 = 0.64; with the 15 fit reruns, a 1-in-40
-rate in both cells is caught with 1 - 0.975^55 = 0.75. That is a net, not a proof: the full
+rate in both cells is caught with 1 - 0.975^55 = 0.75, a 1-in-20 rate with 1 - 0.95^55 = 0.94. That is a net, not a proof: the full
 200 + 200 soak (a 1-in-40 rate caught with 1 - 0.975^400 > 0.9999) is benchmarks/rerun_soak.py
 (results in benchmarks/results/), run for every change to the worker runtime.
 """
