@@ -30,6 +30,7 @@ group when the owner is gone, so a killed template costs no running cell and lea
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import select
@@ -341,15 +342,15 @@ def worker_kernel(argv: list[str]) -> Callable[[], None]:
     """In a forked child: what the agent starts fresh, as a call. Where mwnotebook is importable, its
     worker kernel, whose worker runtime (processes/worker_runtime.py) is installed here and now,
     before the kernel's threads and sockets exist; elsewhere plain ``ipykernel_launcher``."""
-    try:
-        from mwnotebook.processes import worker_kernel as kernel_module
-        from mwnotebook.processes import worker_runtime
+    try:  # by name: optional, resolved on the host (this file must run where mwnotebook is absent)
+        kernel_module = importlib.import_module("mwnotebook.processes.worker_kernel")
+        worker_runtime = importlib.import_module("mwnotebook.processes.worker_runtime")
     except ImportError:
         sys.argv = ["ipykernel_launcher", *argv]
         from ipykernel import kernelapp
 
         return lambda: kernelapp.launch_new_instance(argv)
-    sys.argv = [kernel_module.__file__, *argv]
+    sys.argv = [str(kernel_module.__file__), *argv]
     worker_runtime.install(argv)
     return lambda: kernel_module.serve(argv)
 
