@@ -66,6 +66,9 @@ BOOTSTRAP = (
 #: mwnotebook's worker kernel (ipykernel plus the worker runtime: processes/worker_kernel.py), run
 #: instead of ``ipykernel_launcher`` on a host where the kernel's interpreter can import it.
 WORKER_KERNEL = "mwnotebook.processes.worker_kernel"
+#: ``0`` in the worker's environment starts plain ``ipykernel_launcher`` anyway (to measure the
+#: difference: benchmarks/remote_worker_kernel.py); remote_template.py reads the same name.
+WORKER_KERNEL_ENV = "MWNOTEBOOK_REMOTE_WORKER_KERNEL"
 
 _lock = threading.Lock()
 #: When the launcher last wrote a line (monotonic seconds); see read_line().
@@ -148,6 +151,8 @@ def has_worker_kernel(env: dict[str, str], cwd: str | None) -> bool:
     directory, finds mwnotebook's worker kernel module. Asked of a short-lived interpreter, not of
     this agent: only the kernel's own ``sys.path`` says what ``python -m`` will run (an editable
     install may be a path entry or an import hook), and this agent imports nothing of mwnotebook."""
+    if env.get(WORKER_KERNEL_ENV) == "0":
+        return False
     probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({WORKER_KERNEL!r}) else 1)"
     try:
         return subprocess.run([sys.executable, "-c", probe], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -58,6 +58,9 @@ KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugg
 #: ``0`` in the template's environment leaves its objects unfrozen (to measure the difference:
 #: benchmarks/remote_template_freeze.py); anything else, or unset, freezes them.
 FREEZE_ENV = "MWNOTEBOOK_TEMPLATE_GC_FREEZE"
+#: ``0`` in a worker's environment: its forked child is plain ``ipykernel_launcher`` even where
+#: mwnotebook is importable (as remote_agent.py ``WORKER_KERNEL_ENV`` for a fresh kernel).
+WORKER_KERNEL_ENV = "MWNOTEBOOK_REMOTE_WORKER_KERNEL"
 
 
 def remove_stale_dirs() -> None:
@@ -343,6 +346,8 @@ def worker_kernel(argv: list[str]) -> Callable[[], None]:
     worker kernel, whose worker runtime (processes/worker_runtime.py) is installed here and now,
     before the kernel's threads and sockets exist; elsewhere plain ``ipykernel_launcher``."""
     try:  # by name: optional, resolved on the host (this file must run where mwnotebook is absent)
+        if os.environ.get(WORKER_KERNEL_ENV) == "0":
+            raise ImportError(f"{WORKER_KERNEL_ENV}=0")
         kernel_module = importlib.import_module("mwnotebook.processes.worker_kernel")
         worker_runtime = importlib.import_module("mwnotebook.processes.worker_runtime")
     except ImportError:
