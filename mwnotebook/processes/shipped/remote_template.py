@@ -55,6 +55,11 @@ DIR_PREFIX = "mwnotebook-template-"
 #: What a kernel imports while it initialises, loaded once here (none of it starts a thread).
 KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
                   "IPython.core.completerlib", "tornado.platform.asyncio")
+#: mwnotebook's worker kernel and its start-up, loaded here where importable (a forked child then
+#: installs them without importing; see :func:`worker_kernel`). Importing them installs nothing.
+WORKER_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.worker_hooks",
+                  *(f"mwnotebook.processes.runtime.{name}" for name in (
+                      "collective_keys", "containment", "output", "ps_guard", "stack_signal")))
 #: ``0`` in the template's environment leaves its objects unfrozen (to measure the difference:
 #: benchmarks/remote_template_freeze.py); anything else, or unset, freezes them.
 FREEZE_ENV = "MWNOTEBOOK_TEMPLATE_GC_FREEZE"
@@ -158,7 +163,8 @@ def loaded_state() -> dict[str, Any]:
 
 
 def preload(names: list[str]) -> str:
-    """Import TensorFlow (and the rest of ``names``) and the kernel's modules; '' or what failed."""
+    """Import TensorFlow (and the rest of ``names``), the kernel's modules and, where importable, mwnotebook's
+    worker kernel; '' or what failed."""
     problems = []
     for name in names:
         if name == "tf_keras" and os.environ.get("TF_USE_LEGACY_KERAS") != "1":
@@ -173,6 +179,11 @@ def preload(names: list[str]) -> str:
         except Exception:
             if name == "ipykernel.kernelapp":
                 raise
+    for name in WORKER_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            break  # mwnotebook is not importable here: the children run plain ipykernel
     return "; ".join(problems)
 
 
