@@ -131,25 +131,3 @@ def test_two_strategies_in_one_cell_get_distinct_keys_equal_on_both_workers(remo
     assert keys[0][0]["base"] != keys[0][1]["base"], keys  # distinct: no group key reused
     assert keys[0][0]["base"] > 0 and keys[0][1]["base"] > 0, keys  # not TensorFlow's default 0
 
-
-#: What a plain kernel is: its command, the worker flag, and the hooks the set-up code adds anyway.
-PLAIN = r'''
-import json, os, sys
-print("PLAIN " + json.dumps({"argv0": os.path.basename(sys.argv[0]), "worker_env": os.environ.get("MWNOTEBOOK_WORKER"),
-                             "hooks": "mwnotebook.processes.worker_hooks" in sys.modules}), flush=True)
-'''
-
-
-@pytest.mark.parametrize("template", [True, False], ids=["forked", "fresh"])
-def test_without_the_worker_kernel_remote_kernels_are_plain_ipykernel_with_the_hooks(
-        ssh_home: netns_hosts.TestNet, template: bool) -> None:
-    """The path of a host that cannot import mwnotebook's worker kernel (chosen here with the switch
-    MWNOTEBOOK_REMOTE_WORKER_KERNEL=0): plain ipykernel_launcher, which still works, and still gets
-    the worker hooks from the set-up code where mwnotebook is importable (engine/bootstrap.py HOOKS_CODE)."""
-    hosts = tuple(h.alias for h in ssh_home.hosts)
-    env = {"PYTHONPATH": CHECKOUT, "MWNOTEBOOK_REMOTE_WORKER_KERNEL": "0"}
-    with Cluster(hosts=hosts, cpu=True, template=template, env=env) as cluster:
-        result = cluster.run(PLAIN, timeout=300)
-    states = [json.loads(_line(result, w, "PLAIN")) for w in range(2)]
-    assert states == [{"argv0": "ipykernel_launcher" + (".py" if not template else ""), "worker_env": None,
-                       "hooks": True}] * 2, states
