@@ -20,8 +20,12 @@ pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(600)]
 #: What a plain kernel is: its command, the worker flag, and the hooks the set-up code adds anyway.
 PLAIN = r'''
 import json, os, sys
+from mwnotebook.processes.runtime.after_import import pending
+from mwnotebook.processes.worker_hooks import TRAINING_MODULE
+_mw_training = sys.modules.get(TRAINING_MODULE)
+_mw_hooks = pending(TRAINING_MODULE) if _mw_training is None else getattr(_mw_training.Model.fit, "mwnotebook_wrapped", False)
 print("PLAIN " + json.dumps({"argv0": os.path.basename(sys.argv[0]), "worker_env": os.environ.get("MWNOTEBOOK_WORKER"),
-                             "hooks": "mwnotebook.processes.worker_hooks" in sys.modules}), flush=True)
+                             "hooks": _mw_hooks}), flush=True)
 '''
 
 

@@ -57,7 +57,9 @@ KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugg
                   "IPython.core.completerlib", "tornado.platform.asyncio")
 #: mwnotebook's worker kernel and its start-up, loaded here where importable (a forked child then
 #: installs them without importing; see :func:`worker_kernel`). Importing them installs nothing.
-WORKER_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.worker_hooks",
+#: Not ``worker_hooks``: the set-up code tells from its presence whether a kernel has the hooks
+#: (engine/bootstrap.py ``HOOKS_CODE``).
+WORKER_MODULES = ("mwnotebook.processes.worker_kernel",
                   *(f"mwnotebook.processes.runtime.{name}" for name in (
                       "collective_keys", "containment", "output", "ps_guard", "stack_signal")))
 #: ``0`` in the template's environment leaves its objects unfrozen (to measure the difference:
