@@ -23,9 +23,11 @@ LIFETIME_CODE = ("try:\n    import mwnotebook.worker._lifetime as _mwl\n    _mwl
 
 #: What mwnotebook's worker kernel does before ipykernel starts (``processes/worker_kernel.py``
 #: ``serve``: a plain ``model.fit`` reports live curves with global batch values, ``tqdm.auto`` is
-#: text, TensorFlow logs at a script's level), for a kernel that did not start as that kernel: a
-#: remote host's ``ipykernel_launcher`` (fresh or forked from the host's template), where mwnotebook
-#: is installed. Without it, remote workers' Keras fits sent no metric records at all.
+#: text, TensorFlow logs at a script's level), for a kernel that did not start as that kernel. Remote
+#: agents and templates start that kernel wherever it is importable (processes/shipped/remote_agent.py
+#: ``has_worker_kernel``), so this is a no-op there (the hooks are loaded); it is kept for a kernel
+#: that imports mwnotebook only once running (a ``sys.path`` change in a cell or a recipe), which is
+#: then a plain ``ipykernel_launcher`` with the hooks and without the rest of the worker runtime.
 HOOKS_CODE = ("import sys as _mws\n"
               "if 'mwnotebook.processes.worker_hooks' not in _mws.modules:\n"
               "    try:\n"

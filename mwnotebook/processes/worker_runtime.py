@@ -7,7 +7,12 @@
 - ``SIGUSR2`` dumps every thread's Python stack to a file beside the connection file
   (mwnotebook/processes/runtime/stack_signal.py).
 
-Nothing here imports TensorFlow.
+Nothing here imports TensorFlow. Who calls :func:`install`: a local worker's ``main`` or its template's
+forked child (processes/worker_template.py), and on a remote host a kernel the agent started as
+``python -m mwnotebook.processes.worker_kernel`` or a child forked by the host's template
+(processes/shipped/remote_template.py ``worker_kernel``). Always before ipykernel runs: containment
+forks a watchdog (safe only while the process has one thread) and the IOPub high-water mark is
+applied when the socket is bound, so neither could be installed in a kernel that is already running.
 """
 
 from __future__ import annotations

@@ -35,9 +35,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import mwnotebook
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 NS_PREFIX = "mwnb-"
+
+#: Every session on the test hosts gets this (sshd ``SetEnv``): the hosts share this machine's files,
+#: and their kernels must import the mwnotebook under test, not wherever the editable install points.
+HOST_ENV = {"PYTHONPATH": str(Path(mwnotebook.__file__).resolve().parent.parent)}
+
+
+def setenv_line(env: dict[str, str]) -> str:
+    """One sshd ``SetEnv`` line (sshd keeps only the first such line: add to it, never append one)."""
+    return "SetEnv " + " ".join(f"{k}={v}" for k, v in env.items())
+
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -296,6 +308,7 @@ def _build(net: TestNet, count: int) -> None:
             "MaxSessions 2",
             "MaxStartups 64",
             "LogLevel ERROR",
+            setenv_line(HOST_ENV),
             "",
         ]))
         host.sshd = subprocess.Popen(

@@ -167,3 +167,16 @@ def test_template_forks_kernels_that_end_with_their_own_agent() -> None:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=10)
+
+
+def test_the_kernel_module_follows_what_the_kernels_interpreter_can_import(tmp_path: Path) -> None:
+    """mwnotebook's worker kernel where the kernel's environment imports it, else ipykernel_launcher
+    (a ``PYTHONPATH`` whose ``mwnotebook`` has no worker kernel stands in for a host without it)."""
+    from mwnotebook.processes.shipped.remote_agent import WORKER_KERNEL_ENV, has_worker_kernel
+
+    (tmp_path / "mwnotebook").mkdir()
+    (tmp_path / "mwnotebook" / "__init__.py").write_text("")
+    assert has_worker_kernel(dict(os.environ), None)
+    # (cwd: the kernel's directory comes first on its path, as with ``python -m``; not this checkout)
+    assert not has_worker_kernel({**os.environ, "PYTHONPATH": str(tmp_path)}, str(tmp_path))
+    assert not has_worker_kernel({**os.environ, WORKER_KERNEL_ENV: "0"}, None)

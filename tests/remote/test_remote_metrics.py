@@ -1,10 +1,11 @@
 """Live curves from remote workers: a stock ``model.fit`` on SSH test hosts (network namespaces,
 tests/remote/netns_hosts.py) gives metric records from every worker, as local workers do -- with
-kernels forked from the hosts' worker templates and with fresh ``ipykernel_launcher`` kernels.
+kernels forked from the hosts' worker templates and with fresh kernels.
 
-Remote kernels are plain ipykernel kernels, so the worker hooks that add the Keras reporter to
-``fit`` (processes/worker_hooks.py) come from the set-up code every worker runs after it starts
-(engine/bootstrap.py ``HOOKS_CODE``); before it, such a fit sent no record at all."""
+The worker hooks that add the Keras reporter to ``fit`` (processes/worker_hooks.py) are installed
+by mwnotebook's worker kernel, which remote hosts that can import mwnotebook now run
+(tests/remote/test_remote_worker_runtime.py), and else by the set-up code every worker runs after it
+starts (engine/bootstrap.py ``HOOKS_CODE``); before both, such a fit sent no record at all."""
 
 from __future__ import annotations
 

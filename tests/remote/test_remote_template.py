@@ -123,7 +123,9 @@ def test_a_killed_template_falls_back_to_fresh_workers_with_a_notice(
     assert len(notices) == 1 and h0.alias in notices[0], notices
     cluster.restart()
     fresh, forked = cluster.status()
-    assert "ipykernel_launcher" in Path(f"/proc/{fresh.pid}/cmdline").read_text()  # a fresh interpreter
+    # A fresh interpreter: mwnotebook's worker kernel (the hosts can import mwnotebook; see
+    # remote_agent.py has_worker_kernel), where a forked kernel runs the template's command line.
+    assert "mwnotebook.processes.worker_kernel" in Path(f"/proc/{fresh.pid}/cmdline").read_text()
     assert int(cluster.run("import gc\nprint(gc.get_freeze_count())").stdout(0)) == 0  # nothing frozen there
     assert netns_hosts.parent_pid(forked.pid) == templates[h1.alias].pid
     result = cluster.run(SEED_CELL, timeout=300)

@@ -278,8 +278,14 @@ def test_start_errors_name_the_host_quickly(case: str, ssh_home: netns_hosts.Tes
     }[case]
     env = {}
     if case == "kernel_crash":
-        (tmp_path / "ipykernel_launcher.py").write_text(
-            "import sys\nprint('broken on purpose', file=sys.stderr)\nsys.exit(3)\n")
+        # Both kernels the agent may start: ipykernel_launcher, and mwnotebook's worker kernel
+        # (started where the host can import it: remote_agent.py has_worker_kernel).
+        crash = "import sys\nprint('broken on purpose', file=sys.stderr)\nsys.exit(3)\n"
+        (tmp_path / "ipykernel_launcher.py").write_text(crash)
+        (tmp_path / "mwnotebook" / "processes").mkdir(parents=True)
+        (tmp_path / "mwnotebook" / "__init__.py").write_text("")
+        (tmp_path / "mwnotebook" / "processes" / "__init__.py").write_text("")
+        (tmp_path / "mwnotebook" / "processes" / "worker_kernel.py").write_text(crash)
         env = {"PYTHONPATH": str(tmp_path)}
 
     async def scenario() -> ClusterStartError:

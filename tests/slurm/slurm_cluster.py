@@ -284,7 +284,9 @@ def _login_sshd(cluster: SlurmCluster) -> None:
     login = cluster.login
     keys = cluster.net.root / "keys"
     conf = keys / "sshd-login.conf"
-    conf.write_text((keys / f"sshd{login.index}.conf").read_text() + f"SetEnv SLURM_CONF={cluster.conf}\n")
+    base = (keys / f"sshd{login.index}.conf").read_text()
+    conf.write_text(base.replace(netns_hosts.setenv_line(netns_hosts.HOST_ENV),
+                                 netns_hosts.setenv_line({**netns_hosts.HOST_ENV, "SLURM_CONF": str(cluster.conf)})))
     assert login.sshd is not None
     login.sshd.terminate()
     login.sshd.wait(timeout=10)

@@ -13,7 +13,9 @@ appears on a command line or in a process list. Three roles:
     host was reached at (the server side of ``SSH_CONNECTION``).
 ``kernel``
     Writes a 0600 connection file (ports 0, loopback only) in a private 0700 directory, starts
-    ``python -m ipykernel_launcher -f FILE`` with the worker's environment, waits until the kernel
+    ``python -m ipykernel_launcher -f FILE`` with the worker's environment (``python -m
+    mwnotebook.processes.worker_kernel -f FILE`` where that interpreter can import mwnotebook: the
+    same kernel as a local worker, with the worker runtime of processes/worker_runtime.py), waits until the kernel
     has bound its sockets and rewritten the file with the real ports, and reports them. Then it
     obeys ``interrupt`` / ``kill`` lines on stdin. When stdin closes (the notebook stopped the
     worker, or the SSH connection dropped) or the agent is terminated, the kernel's whole process
@@ -21,7 +23,7 @@ appears on a command line or in a process list. Three roles:
     it dies with the agent even if the agent is SIGKILLed.
 
     With ``template`` (the path of this host's template socket), the kernel is forked from the
-    template instead (TensorFlow already imported), as the same ``ipykernel_launcher`` kernel; it
+    template instead (TensorFlow already imported), as the same kernel (see remote_template.py); it
     kills its own process group when this agent is gone. If the template can't fork, the kernel
     starts fresh and ``ready`` carries a one-line ``note`` saying why.
 ``template``
@@ -60,6 +62,13 @@ BOOTSTRAP = (
     "exec(compile(sys.stdin.read(n),'<mwnotebook-remote-agent>','exec'),"
     "{'__name__':'__main__'})"
 )
+
+#: mwnotebook's worker kernel (ipykernel plus the worker runtime: processes/worker_kernel.py), run
+#: instead of ``ipykernel_launcher`` on a host where the kernel's interpreter can import it.
+WORKER_KERNEL = "mwnotebook.processes.worker_kernel"
+#: ``0`` in the worker's environment starts plain ``ipykernel_launcher`` anyway (to measure the
+#: difference: benchmarks/remote_worker_kernel.py); remote_template.py reads the same name.
+WORKER_KERNEL_ENV = "MWNOTEBOOK_REMOTE_WORKER_KERNEL"
 
 _lock = threading.Lock()
 #: When the launcher last wrote a line (monotonic seconds); see read_line().
@@ -135,6 +144,21 @@ def preflight(config: dict[str, Any]) -> bool:
              version=sys.version.split()[0])
         return False
     return True
+
+
+def has_worker_kernel(env: dict[str, str], cwd: str | None) -> bool:
+    """True if the kernel's interpreter, with the kernel's environment (its ``PYTHONPATH``) and
+    directory, finds mwnotebook's worker kernel module. Asked of a short-lived interpreter, not of
+    this agent: only the kernel's own ``sys.path`` says what ``python -m`` will run (an editable
+    install may be a path entry or an import hook), and this agent imports nothing of mwnotebook."""
+    if env.get(WORKER_KERNEL_ENV) == "0":
+        return False
+    probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({WORKER_KERNEL!r}) else 1)"
+    try:
+        return subprocess.run([sys.executable, "-c", probe], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env, cwd=cwd, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def server_address() -> str:
@@ -304,9 +328,10 @@ class Kernel:
         self.killed = False
 
     def _fresh(self, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
+        module = WORKER_KERNEL if has_worker_kernel(env, cwd) else "ipykernel_launcher"
         with open(self.log_path, "wb") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file],
+                [sys.executable, "-m", module, "-f", self.connection_file],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=cwd, start_new_session=True, preexec_fn=owner_watch.die_with_parent,
             )

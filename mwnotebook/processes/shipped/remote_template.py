@@ -6,7 +6,9 @@ kernels that start with all of that in memory (frozen out of the garbage collect
 they stay shared: ``share_loaded_objects``). Unlike it, it may run where mwnotebook is not installed:
 its source travels in the agent's configuration line (``source``) and runs inside the agent process,
 so everything here is the standard library, and a forked child becomes exactly what the agent starts
-without a template: ``python -m ipykernel_launcher -f FILE`` (the same kernel, run in-process).
+without a template: ``python -m mwnotebook.processes.worker_kernel -f FILE`` where mwnotebook is
+importable (with the same worker runtime, installed in the child before the kernel starts), else
+``python -m ipykernel_launcher -f FILE`` (the same kernel, run in-process).
 
 Who asks for a fork: a worker's own agent (``remote_agent.py``, ``kernel`` role). It connects to this
 template's unix socket (in a private 0700 directory; the peer must be the same user), sends one JSON
@@ -28,6 +30,7 @@ group when the owner is gone, so a killed template costs no running cell and lea
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import select
@@ -52,9 +55,19 @@ DIR_PREFIX = "mwnotebook-template-"
 #: What a kernel imports while it initialises, loaded once here (none of it starts a thread).
 KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
                   "IPython.core.completerlib", "tornado.platform.asyncio")
+#: mwnotebook's worker kernel and its start-up, loaded here where importable (a forked child then
+#: installs them without importing; see :func:`worker_kernel`). Importing them installs nothing.
+#: Not ``worker_hooks``: the set-up code tells from its presence whether a kernel has the hooks
+#: (engine/bootstrap.py ``HOOKS_CODE``).
+WORKER_MODULES = ("mwnotebook.processes.worker_kernel",
+                  *(f"mwnotebook.processes.runtime.{name}" for name in (
+                      "collective_keys", "containment", "output", "ps_guard", "stack_signal")))
 #: ``0`` in the template's environment leaves its objects unfrozen (to measure the difference:
 #: benchmarks/remote_template_freeze.py); anything else, or unset, freezes them.
 FREEZE_ENV = "MWNOTEBOOK_TEMPLATE_GC_FREEZE"
+#: ``0`` in a worker's environment: its forked child is plain ``ipykernel_launcher`` even where
+#: mwnotebook is importable (as remote_agent.py ``WORKER_KERNEL_ENV`` for a fresh kernel).
+WORKER_KERNEL_ENV = "MWNOTEBOOK_REMOTE_WORKER_KERNEL"
 
 
 def remove_stale_dirs() -> None:
@@ -152,7 +165,8 @@ def loaded_state() -> dict[str, Any]:
 
 
 def preload(names: list[str]) -> str:
-    """Import TensorFlow (and the rest of ``names``) and the kernel's modules; '' or what failed."""
+    """Import TensorFlow (and the rest of ``names``), the kernel's modules and, where importable, mwnotebook's
+    worker kernel; '' or what failed."""
     problems = []
     for name in names:
         if name == "tf_keras" and os.environ.get("TF_USE_LEGACY_KERAS") != "1":
@@ -167,6 +181,11 @@ def preload(names: list[str]) -> str:
         except Exception:
             if name == "ipykernel.kernelapp":
                 raise
+    for name in WORKER_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            break  # mwnotebook is not importable here: the children run plain ipykernel
     return "; ".join(problems)
 
 
@@ -313,16 +332,45 @@ class Template:
         cwd = request.get("cwd")
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)
+        follow_pythonpath(os.environ)
         numpy = sys.modules.get("numpy")
         if numpy is not None:  # siblings would share the template's numpy random state
             numpy.random.seed()
+        argv = [str(a) for a in request["argv"]]
+        serve = worker_kernel(argv)  # first: it may fork a watchdog, which needs a single thread
         # End this kernel (its whole process group) when the agent that asked for it is gone.
         owner_watch.watch_process(int(request["owner"]), _kill_own_group)
-        argv = [str(a) for a in request["argv"]]
+        serve()
+
+
+def follow_pythonpath(environ: Any) -> None:
+    """Put ``PYTHONPATH``'s entries first on ``sys.path``, as a fresh interpreter started with this
+    environment would have them (what is imported already stays as the template loaded it)."""
+    entries = [e for e in environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    for entry in reversed(entries):
+        entry = os.path.abspath(entry)
+        if entry in sys.path:
+            sys.path.remove(entry)
+        sys.path.insert(0, entry)
+
+
+def worker_kernel(argv: list[str]) -> Callable[[], None]:
+    """In a forked child: what the agent starts fresh, as a call. Where mwnotebook is importable, its
+    worker kernel, whose worker runtime (processes/worker_runtime.py) is installed here and now,
+    before the kernel's threads and sockets exist; elsewhere plain ``ipykernel_launcher``."""
+    try:  # by name: optional, resolved on the host (this file must run where mwnotebook is absent)
+        if os.environ.get(WORKER_KERNEL_ENV) == "0":
+            raise ImportError(f"{WORKER_KERNEL_ENV}=0")
+        kernel_module = importlib.import_module("mwnotebook.processes.worker_kernel")
+        worker_runtime = importlib.import_module("mwnotebook.processes.worker_runtime")
+    except ImportError:
         sys.argv = ["ipykernel_launcher", *argv]
         from ipykernel import kernelapp
 
-        kernelapp.launch_new_instance(argv)
+        return lambda: kernelapp.launch_new_instance(argv)
+    sys.argv = [str(kernel_module.__file__), *argv]
+    worker_runtime.install(argv)
+    return lambda: kernel_module.serve(argv)
 
 
 def _kill_own_group() -> None:
@@ -337,6 +385,7 @@ def run(config: dict[str, Any], send: Callable[..., None], silence_limit: float)
     os.environ.update({str(k): str(v) for k, v in config.get("env", {}).items()})
     if sys.path and sys.path[0] in ("", os.getcwd()):
         del sys.path[0]  # as ipykernel_launcher does while it loads; the kernel puts it back
+    follow_pythonpath(os.environ)
     template = Template(send, silence_limit)
     try:
         problem = preload(list(config.get("preload", [])))
