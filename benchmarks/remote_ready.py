@@ -71,9 +71,7 @@ def main() -> int:
         print(f"skipped: {reason}")
         return 0
     net = netns_hosts.create(2)
-    os.environ["HOME"] = str(net.home)  # the test hosts' ~/.ssh/config, key and known_hosts
-    os.environ["MWNOTEBOOK_SSH_CONFIG"] = str(net.ssh_config)
-    os.environ.pop("SSH_AUTH_SOCK", None)
+    net.use_as_home()
     hosts = tuple(h.alias for h in net.hosts)
     kinds = {
         "remote, template": lambda: Cluster(hosts=hosts, cpu=True),

@@ -106,9 +106,7 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     net = netns_hosts.create(2)
-    os.environ["HOME"] = str(net.home)  # the test hosts' ~/.ssh/config, key and known_hosts
-    os.environ["MWNOTEBOOK_SSH_CONFIG"] = str(net.ssh_config)
-    os.environ.pop("SSH_AUTH_SOCK", None)
+    net.use_as_home()
     os.environ.pop("MWNOTEBOOK_TEMPLATE", None)
     hosts = tuple(f"{h.alias}*{args.per_host}" for h in net.hosts)
     load_before = os.getloadavg()

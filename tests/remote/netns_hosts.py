@@ -149,6 +149,13 @@ class TestNet:
     def address(self, last: int) -> str:
         return f"10.213.{self.subnet}.{last}"
 
+    def use_as_home(self) -> None:
+        """Point this process at the hosts the way a user's own ``~/.ssh`` would (for benchmarks;
+        tests do the same through the ``ssh_home`` fixture, undone after each test)."""
+        os.environ["HOME"] = str(self.home)  # ~/.ssh/config, the client key, known_hosts
+        os.environ["MWNOTEBOOK_SSH_CONFIG"] = str(self.ssh_config)
+        os.environ.pop("SSH_AUTH_SOCK", None)
+
     def wait_no_leftovers(self, timeout: float = 10.0) -> dict[str, list[str]]:
         """Wait until no host runs anything but its sshd; return what is left per host."""
         deadline = time.monotonic() + timeout
