@@ -41,4 +41,8 @@ python3 -m pip install -q -e '.[tensorflow-cpu,test]'
 python3 -m ruff check mwnotebook tests benchmarks tools
 python3 -m mypy
 mkdir -p artifacts
-python3 -m pytest -ra --durations=20 "$@"
+# Two processes: most of the suite's time is waiting on kernels, detection windows and outages, so two
+# share the two cores well. A module runs whole on one process; modules that share a machine-wide
+# resource (the test network's namespaces) run on the same one (tests/_shared/run_groups.py).
+# (pytest-benchmark, where a machine has it, warns under xdist; the suite has no benchmark tests.)
+python3 -m pytest -p no:benchmark -n "${MWNOTEBOOK_TEST_PROCESSES:-2}" --dist loadgroup -ra --durations=20 "$@"

@@ -1,28 +1,26 @@
 """Fault injection on real two-worker TensorFlow clusters (the table: benchmarks/reliability_table.md).
 
 Every scenario records one row -- scenario, limit, seconds to detection, seconds until the cell
-failed, whether the next cell succeeded, orphan processes left -- *before* it asserts, so the table
-printed at the end of the session (and written to ``artifacts/reliability.json``) also shows the
-rows of scenarios that failed. Faults come only from outside mwnotebook: signals sent by the test,
-cells that raise or hang.
+failed, whether the next cell succeeded, orphan processes left -- with ``record``
+(tests/_shared/reliability_table.py) *before* it asserts. Faults come only from outside mwnotebook:
+signals sent by the test, cells that raise or hang.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import queue
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psutil
 import pytest
 
 from .._shared.modules import require
+from .._shared.reliability_table import record  # noqa: F401 (the scenarios import it from here)
 
 require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
 
@@ -69,79 +67,11 @@ model.fit(ds, epochs=1, steps_per_epoch=10_000_000, verbose=0, callbacks=[Fault(
 '''
 
 
-# ----------------------------------------------------------------------------- markers and table
+# ----------------------------------------------------------------------------- markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in pathlib.Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.reliability)
-
-
-@dataclass
-class Row:
-    scenario: str
-    limit_s: float | None
-    detected_s: float | None  # fault injected -> first worker reported failed (None: no such event)
-    failed_s: float | None  # fault injected -> the cell raised (what the user waits for)
-    recovered: bool | None  # the next cell on the same cluster/notebook succeeded (None: not applicable)
-    orphans: int | None  # mwnotebook processes left alive that should be gone
-    note: str = ""
-    passed: bool = field(default=False)
-
-
-ROWS: list[Row] = []
-
-
-def record(scenario: str, *, limit_s: float | None = None, detected_s: float | None = None,
-           failed_s: float | None = None, recovered: bool | None = None, orphans: int | None = None,
-           note: str = "", ok: bool = True) -> Row:
-    """Add (or replace) the table row of ``scenario``; call before asserting. ``ok=False`` marks a
-    failure the other columns do not show."""
-    within = limit_s is None or (failed_s is not None and failed_s < limit_s)
-    row = Row(scenario, limit_s, _round(detected_s), _round(failed_s), recovered, orphans, note,
-              passed=bool(ok and within and recovered is not False and not orphans))
-    ROWS[:] = [r for r in ROWS if r.scenario != scenario]
-    ROWS.append(row)
-    return row
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    return str(value)
-
-
-def format_table(rows: list[Row]) -> str:
-    head = ("scenario", "limit s", "detected s", "failed s", "recovered", "orphans", "ok", "note")
-    lines = [[r.scenario, _cell(r.limit_s), _cell(r.detected_s), _cell(r.failed_s), _cell(r.recovered),
-              _cell(r.orphans), "ok" if r.passed else "FAIL", r.note] for r in rows]
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(head)]
-    fmt = " | ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*head), "-+-".join("-" * w for w in widths)]
-    out += [fmt.format(*line) for line in lines]
-    return "\n".join(out)
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not ROWS:
-        return
-    rows = sorted(ROWS, key=lambda r: _scenario_key(r.scenario))
-    terminalreporter.write_sep("=", "mwnotebook reliability table")
-    terminalreporter.write_line(format_table(rows))
-    path = ROOT / "artifacts" / "reliability.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
-    terminalreporter.write_line(f"(written to {path})")
-
-
-def _scenario_key(name: str) -> tuple[int, str]:
-    match = re.match(r"(\d+)", name)
-    return (int(match.group(1)) if match else 99, name)
 
 
 # ----------------------------------------------------------------------------- processes

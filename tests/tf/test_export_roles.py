@@ -43,8 +43,8 @@ def test_a_ps_export_runs_as_one_script_per_task(tmp_path):
     done = subprocess.run(["bash", str(job.run_local)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr + (tmp_path / "chief.log").read_text()[-3000:]
     assert "chief total 10.0" in (tmp_path / "chief.log").read_text()
-    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
-            and "serve.py" in " ".join(p.info["cmdline"] or [])]
+    left = [p for p in psutil.process_iter(["cmdline", "cwd"]) if p.pid not in before
+            and "serve.py" in " ".join(p.info["cmdline"] or []) and p.info["cwd"] == str(tmp_path.resolve())]
     assert not left, left
 
 
