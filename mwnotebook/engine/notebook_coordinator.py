@@ -24,8 +24,10 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 from mwnotebook.errors import ConfigError
+from mwnotebook.processes.runtime.after_import import patch_when_imported
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,9 @@ def join(tf_config_json: str, chief_address: str, legacy_keras: bool) -> None:
     if _joined is not None:  # a forced second cluster: keep what was there before the first
         saved = _joined.saved
     ps_guard.install()  # a stock MultiWorkerMirroredStrategy here gets the message that explains why
+    # TensorFlow's logger is at INFO in an interactive kernel: every fit would print lines per closure
+    # ("Waiting for all global closures to be finished"), which a coordinator kernel never shows.
+    patch_when_imported("tensorflow", _script_level_logs)
     if strategies_made():  # forced: the next mw.ps_strategy() connects to the new cluster
         ps_guard.forget_strategies()
         _ps.forget()
@@ -91,6 +96,13 @@ def join(tf_config_json: str, chief_address: str, legacy_keras: bool) -> None:
     _joined = _Joined(chief_address, saved)
     _history.append(chief_address)
     log.info("this process is the coordinator of the cluster whose chief is %s", chief_address)
+
+
+def _script_level_logs(tensorflow: ModuleType) -> None:
+    """The level a script's TensorFlow logs at (``tf.get_logger().setLevel("INFO")`` brings INFO back)."""
+    get_logger = getattr(tensorflow, "get_logger", None)
+    if callable(get_logger):
+        get_logger().setLevel(logging.WARNING)
 
 
 def leave() -> None:

@@ -100,6 +100,7 @@ def test_the_notebook_coordinates_once_refuses_a_second_cluster_and_stop_leaves_
     assert reply["content"]["status"] == "ok", text[-3000:]
     values = losses(text)
     assert len(values) == 3 and values[-1] < values[0] * 0.9, values
+    assert "INFO:tensorflow" not in text, text[-3000:]  # TF's interactive INFO level: a line per closure
     # its own gRPC server: the chief's port, on every interface
     assert listening_ports(nb.pid).get(chief_port) in ("::", "0.0.0.0"), listening_ports(nb.pid)
 

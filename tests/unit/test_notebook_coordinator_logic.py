@@ -66,6 +66,7 @@ def test_a_second_cluster_is_refused_once_this_process_made_a_strategy_unless_fo
 
 def test_join_hands_this_process_the_chiefs_variables_and_leave_takes_them_back(monkeypatch):
     monkeypatch.setattr(ps_guard, "install", lambda: None)  # no import hooks in the test process
+    monkeypatch.setattr(notebook_coordinator, "patch_when_imported", lambda *_: None)
     monkeypatch.setattr(ps_guard, "_made", 0)
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
     monkeypatch.delenv("TF_CONFIG", raising=False)
