@@ -194,22 +194,13 @@ class AsyncCluster:
         """--coordinator notebook: what listens where, unauthenticated ("" before a start, or otherwise)."""
         if not self._joined or self._servers is None:
             return ""
-        layout = layout_of(self.spec)
-        chief = layout.address_of(self._addresses, layout.cell_tasks()[0])
-        servers = [f"{t.name} {layout.address_of(self._addresses, t)}" for t in self._servers.tasks()]
-        return notebook_coordinator.start_notice(chief, servers)
+        return notebook_coordinator.notice_for(layout_of(self.spec), self._addresses)
 
     def _leave_here(self) -> None:
         if self._joined:
             notebook_coordinator.leave()
             self._joined = False
             self._states[0] = "stopped"
-
-    def _refuse_in_notebook_mode(self, what: str) -> None:
-        if self._notebook:
-            raise ClusterStateError(
-                f"{what}: with --coordinator notebook no kernel runs cells, the notebook is the coordinator. "
-                "Run your code in this kernel with strategy = mw.ps_strategy() (import mwnotebook.worker as mw)")
 
     async def _run_setup(self, workers: list[Worker]) -> None:
         code = setup_code(self.spec)
@@ -226,10 +217,7 @@ class AsyncCluster:
     async def restart(self, on_event: EventSink | None = None) -> None:
         """Replace every worker process with a fresh one (same TF_CONFIGs). Variables are lost."""
         if self._notebook:
-            raise ClusterStateError(
-                "a --coordinator notebook cluster cannot be restarted: this kernel's strategy is bound to the "
-                "servers it connected to, and it cannot connect again safely. %mwcluster stop, restart the "
-                "kernel, then start again")
+            raise ClusterStateError(notebook_coordinator.NO_RESTART)
         if not self._workers:
             raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
         await self._drop_release()
@@ -394,7 +382,8 @@ class AsyncCluster:
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        self._refuse_in_notebook_mode("this cluster runs no cell")
+        if self._notebook:
+            raise ClusterStateError(notebook_coordinator.NO_CELLS)
         restarts = check_max_restarts(self.spec.max_restarts if max_restarts is None else max_restarts)
         if not self._workers and self._start_task is not None:
             await self.start()  # a start or restart under way: wait for it

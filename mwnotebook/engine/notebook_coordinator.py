@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from mwnotebook.config.roles import RoleLayout
 from mwnotebook.errors import ConfigError
 from mwnotebook.processes.runtime.after_import import patch_when_imported
 
@@ -130,6 +131,19 @@ def start_notice(chief_address: str, server_addresses: Sequence[str]) -> str:
             "machine and network. %mwcluster stop ends the servers, but not this kernel's own gRPC server: "
             "TensorFlow cannot stop it; it listens until the kernel ends. One such cluster per kernel.")
 
+
+def notice_for(layout: RoleLayout, addresses: Sequence[str]) -> str:
+    """:func:`start_notice` of a started cluster of ``layout`` (addresses in training-task order)."""
+    chief = layout.address_of(addresses, layout.cell_tasks()[0])
+    return start_notice(chief, [f"{t.name} {layout.address_of(addresses, t)}" for t in layout.server_tasks()])
+
+
+NO_CELLS = ("this cluster runs no cell: with --coordinator notebook no kernel runs cells, the notebook is the "
+            "coordinator. Run your code in this kernel with strategy = mw.ps_strategy() "
+            "(import mwnotebook.worker as mw)")
+NO_RESTART = ("a --coordinator notebook cluster cannot be restarted: this kernel's strategy is bound to the "
+              "servers it connected to, and it cannot connect again safely. %mwcluster stop, restart the "
+              "kernel, then start again")
 
 STOP_NOTE = ("mwnotebook: the servers are stopped. This kernel's own gRPC server (the coordinator's, started "
              "when it connected) cannot be stopped: it listens until the kernel restarts, and the "

@@ -112,3 +112,15 @@ def test_a_named_kernel_is_called_by_its_name_in_failures_and_the_attempt_list()
 
     lines = render_attempts([AttemptFailure(1, lost.headline(), (lost,), 2.0)], lost.headline())
     assert all("worker 0" not in line for line in lines) and "coordinator died" in lines[1], lines
+
+
+def test_a_notebook_coordinator_cluster_runs_no_cell_and_has_no_restart():
+    from mwnotebook.engine.async_cluster import AsyncCluster
+    from mwnotebook.errors import ClusterStateError
+
+    cluster = AsyncCluster(workers=2, ps=1, coordinator="notebook")
+    with pytest.raises(ClusterStateError, match=re.escape("mw.ps_strategy()")):
+        asyncio.run(cluster.run("print(1)"))
+    with pytest.raises(ClusterStateError, match="cannot be restarted"):
+        asyncio.run(cluster.restart())
+    assert not cluster.started and cluster.notebook_notice == ""

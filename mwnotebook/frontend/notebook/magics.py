@@ -101,8 +101,8 @@ def _parse_mwtrain_line(line: str) -> argparse.Namespace:
 
 def mwcluster_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="%mwcluster", add_help=False, description=(
-        "Manage the notebook's worker cluster: status, start (in the background), restart, stop; stacks "
-        "shows each worker's current Python stacks."))
+        "Manage the notebook's worker cluster: status, start (in the background; with --coordinator "
+        "notebook it waits), restart, stop; stacks shows each worker's current Python stacks."))
     parser.add_argument("action", choices=("status", "start", "restart", "stop", "stacks"))
     add_cluster_arguments(parser)
     add_coordinator_arguments(parser)
