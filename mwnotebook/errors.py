@@ -93,10 +93,17 @@ class WorkerFailure:
     peer: int | None = None
     #: Seconds after the cell started when the notebook saw this fault (orders ties).
     seen_at: float = 0.0
+    #: What the kernel is called when it is not a plain replica (``coordinator``, ``evaluator``:
+    #: config/roles.py ``kernel_names``); empty: ``worker <i>``.
+    name: str = ""
+
+    @property
+    def who(self) -> str:
+        return self.name or f"worker {self.worker}"
 
     def headline(self) -> str:
         """One line: which worker, what happened (and the hint, if there is one)."""
-        return _headline(self, f"worker {self.worker}")
+        return _headline(self, self.who)
 
     def same_error(self, other: WorkerFailure) -> bool:
         """Whether two workers raised the same thing (shown once, with both workers named)."""
@@ -164,7 +171,7 @@ def render_failures(failures: list[WorkerFailure], *, restarted: bool = False, t
     for number, group in enumerate(group_failures(failures)):
         first = group[0]
         workers = sorted(f.worker for f in group)
-        who = f"worker {workers[0]}" if len(workers) == 1 else "workers " + ", ".join(map(str, workers))
+        who = first.who if len(workers) == 1 else "workers " + ", ".join(map(str, workers))
         headline = _headline(first, who)
         if terminal:
             lines.append(f"mwnotebook: {headline}")
@@ -267,7 +274,7 @@ class ClusterRunError(MWNotebookError):
         return lines
 
     def _message(self, detail: str) -> str:
-        lines = [_headline(g[0], f"worker {g[0].worker}" if len(g) == 1 else
+        lines = [_headline(g[0], g[0].who if len(g) == 1 else
                            "workers " + ", ".join(str(w) for w in sorted(f.worker for f in g)))
                  for g in group_failures(self.failures)]
         if detail:

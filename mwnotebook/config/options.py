@@ -137,6 +137,19 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                              "a process that has TensorFlow imported already (slower; same workers)")
 
 
+def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--coordinator notebook`` and ``--force``: only ``%mwcluster start`` has them (a cell magic
+    or the command would have no notebook to be the coordinator)."""
+    parser.add_argument("--coordinator", choices=("kernel", "notebook"), default="kernel",
+                        help="with --ps: where the coordinator runs. 'kernel' (default): a kernel of its own "
+                             "that runs the %%%%mwtrain cell; 'notebook': this notebook's own kernel (then "
+                             "strategy = mw.ps_strategy() here). Host network only, one cluster per kernel")
+    parser.add_argument("--force", action="store_true",
+                        help="with --coordinator notebook: connect this kernel to a second cluster although it "
+                             "connected to one before. The first cluster's gRPC server keeps listening, its "
+                             "variables become invalid, and touching its old objects can crash the kernel")
+
+
 def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ClusterSpec:
     """Build the spec; raises :class:`ConfigError` naming the option that is wrong. ``environ``
     (default ``os.environ``) gives defaults of per-run options (``$MWNOTEBOOK_MAX_RESTARTS``)."""
@@ -161,7 +174,8 @@ def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None 
         template=not getattr(ns, "no_template", False),
         slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None),
         slurm_login=getattr(ns, "slurm_login", None),
-        ps=getattr(ns, "ps", 0) or 0, chief=getattr(ns, "chief", False), evaluator=getattr(ns, "evaluator", False))
+        ps=getattr(ns, "ps", 0) or 0, chief=getattr(ns, "chief", False), evaluator=getattr(ns, "evaluator", False),
+        coordinator=getattr(ns, "coordinator", "kernel"), force=getattr(ns, "force", False))
     if hasattr(ns, "max_restarts"):
         fields["max_restarts"] = max_restarts_from(ns.max_restarts, os.environ if environ is None else environ)
     if (fields["slurm"] is not None or fields["slurm_job"] is not None) and getattr(ns, "timeout", None):

@@ -20,6 +20,7 @@ def check_roles(spec: Any) -> None:
     if ps < 0 or ps > MAX_PS:
         raise ConfigError(f"--ps must be between 1 and {MAX_PS} parameter servers, got {ps}")
     remote = bool(spec.hosts) or spec.uses_slurm
+    _check_coordinator(spec, remote)
     if ps:
         if spec.chief:
             raise ConfigError(
@@ -46,3 +47,29 @@ def check_roles(spec: Any) -> None:
         if spec.gpus_per_worker is not None and spec.gpus_per_worker > 1:
             raise ConfigError("--evaluator runs on the CPU or one GPU: it cannot honour "
                               f"--gpus-per-worker {spec.gpus_per_worker} (use 1, or drop --evaluator)")
+
+
+def _check_coordinator(spec: Any, remote: bool) -> None:
+    """``--coordinator notebook`` (and ``--force``, which only means something with it)."""
+    if spec.coordinator not in ("kernel", "notebook"):
+        raise ConfigError(f"--coordinator must be 'kernel' or 'notebook', got {spec.coordinator!r}")
+    if spec.force and spec.coordinator != "notebook":
+        raise ConfigError("--force only applies with --coordinator notebook (it lets this kernel connect "
+                          "to a second parameter-server cluster); remove it")
+    if spec.coordinator == "kernel":
+        return
+    if not spec.ps:
+        raise ConfigError("--coordinator notebook needs --ps P: it makes this notebook the coordinator of a "
+                          "parameter-server cluster (ParameterServerStrategy). For MultiWorkerMirroredStrategy "
+                          "use %%mwtrain without it")
+    if remote:
+        raise ConfigError("--coordinator notebook starts local servers only: remove --hosts/--slurm")
+    if spec.network == "private":
+        raise ConfigError("--coordinator notebook cannot use --network private: the notebook's own kernel "
+                          "cannot enter the cluster's private network namespace, so every server listens on "
+                          "the host network. Remove --network private, or drop --coordinator notebook to "
+                          "keep the ports private (the coordinator is then a kernel of its own)")
+    if spec.evaluator:
+        raise ConfigError("--evaluator runs the cell beside a coordinator kernel; with --coordinator notebook "
+                          "no cell runs on the cluster. Drop one of them (mw.sidecar_evaluate needs a kernel of "
+                          "its own: use the default coordinator)")

@@ -23,6 +23,9 @@ COLLECTIVES = ("auto", "ring", "nccl")
 #: the namespace when this machine allows one and the host otherwise.
 NETWORK_MODES = ("auto", "private", "host")
 MIXED_PRECISION = ("float16", "bfloat16")
+#: Where a --ps cluster's coordinator runs: a kernel of its own (the cell runs there), or the
+#: notebook's own kernel (opt-in, engine/notebook_coordinator.py says what that costs).
+COORDINATORS = ("kernel", "notebook")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -78,6 +81,12 @@ class ClusterSpec:
     ps: int = 0
     chief: bool = False
     evaluator: bool = False
+    #: ``--coordinator notebook``: no coordinator kernel; the notebook's own process gets the chief's
+    #: TF_CONFIG and connects itself (host network only, one cluster per kernel).
+    coordinator: str = "kernel"
+    #: ``--force``: connect the notebook to a second cluster although it connected to one before
+    #: (engine/notebook_coordinator.py: what that risks). Needs no other processes, so not compared.
+    force: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", dict(self.env))
@@ -92,6 +101,9 @@ class ClusterSpec:
             raise ConfigError("--workers-per-host only applies together with --hosts or --slurm")
         if self.workers is None:
             object.__setattr__(self, "workers", 2)
+        if self.coordinator == "notebook" and self.network == "auto":
+            # the notebook kernel cannot enter a private namespace: its servers' peers sit on the host
+            object.__setattr__(self, "network", "host")
         self._validate()
 
     def _validate(self) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from mwnotebook.config.roles import layout_of
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.worker_env import task_envs, worker_envs
+from mwnotebook.engine import notebook_coordinator
 from mwnotebook.engine.bootstrap import RELEASE_CODE, setup_code
 from mwnotebook.engine.cell_run import CellRun, CellVerdict
 from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
@@ -57,8 +58,12 @@ class AsyncCluster:
         self._workers: list[Worker] = []
         self._envs: list[dict[str, str]] = []
         self._addresses: list[str] = []
+        #: --coordinator notebook: no kernel runs the cell; this process coordinates
+        #: (engine/notebook_coordinator.py). True once it has the chief's TF_CONFIG.
+        self._notebook = self.spec.coordinator == "notebook"
+        self._joined = False
         #: Kernels that run the cell: every replica, or a --ps cluster's coordinator alone.
-        self._cell_count = len(layout_of(self.spec).cell_tasks())
+        self._cell_count = 0 if self._notebook else len(layout_of(self.spec).cell_tasks())
         #: A --ps cluster's worker and ps servers (engine/task_servers.py); None otherwise.
         self._servers: TaskServers | None = None
         #: Aborts a --ps cluster's cell PS_LOSS_GRACE s after a lost ps, unless the servers are renewed first.
@@ -77,7 +82,7 @@ class AsyncCluster:
     # ----------------------------------------------------------------- lifecycle
     @property
     def started(self) -> bool:
-        return bool(self._workers)
+        return bool(self._workers) or self._joined
 
     @property
     def addresses(self) -> list[str]:
@@ -99,7 +104,7 @@ class AsyncCluster:
         Idempotent; a caller that arrives while a start is under way (say, one begun in the
         background by ``%mwcluster start``) waits for that start instead of beginning another.
         """
-        if self._workers:
+        if self._workers or self._joined:
             return
         if self._start_task is None:
             task = asyncio.ensure_future(self._start(on_event))
@@ -126,12 +131,19 @@ class AsyncCluster:
 
     async def _start(self, on_event: EventSink | None) -> None:
         emit = on_event or _ignore
+        if self._notebook:
+            refused = notebook_coordinator.refusal(self.spec.force)
+            if refused is not None:
+                raise refused
         if self._launcher is None:
             self._launcher = make_launcher(self.spec)
         try:
             self._addresses = await self._launcher.tf_addresses(len(layout_of(self.spec).training_tasks()))
             self._envs = worker_envs(self.spec, self._addresses)
             await self._start_servers()
+            if self._notebook:
+                self._join_here()
+                return
             self._workers = await self._start_workers(emit)
         except BaseException:
             await self._close_launcher()
@@ -167,6 +179,29 @@ class AsyncCluster:
             self._set_state(w.index, "idle", emit)
         return workers
 
+    def _join_here(self) -> None:
+        """--coordinator notebook: this process takes the chief's variables (its servers serve)."""
+        chief = layout_of(self.spec).cell_tasks()[0]
+        notebook_coordinator.join(self._envs[0]["TF_CONFIG"], layout_of(self.spec).address_of(self._addresses, chief),
+                                  self.spec.use_legacy_keras)
+        self._envs = []
+        self._joined = True
+        self._states[0] = "notebook"
+        log.info("%s", self.notebook_notice)
+
+    @property
+    def notebook_notice(self) -> str:
+        """--coordinator notebook: what listens where, unauthenticated ("" before a start, or otherwise)."""
+        if not self._joined or self._servers is None:
+            return ""
+        return notebook_coordinator.notice_for(layout_of(self.spec), self._addresses)
+
+    def _leave_here(self) -> None:
+        if self._joined:
+            notebook_coordinator.leave()
+            self._joined = False
+            self._states[0] = "stopped"
+
     async def _run_setup(self, workers: list[Worker]) -> None:
         code = setup_code(self.spec)
         if not code:
@@ -181,6 +216,8 @@ class AsyncCluster:
 
     async def restart(self, on_event: EventSink | None = None) -> None:
         """Replace every worker process with a fresh one (same TF_CONFIGs). Variables are lost."""
+        if self._notebook:
+            raise ClusterStateError(notebook_coordinator.NO_RESTART)
         if not self._workers:
             raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
         await self._drop_release()
@@ -214,6 +251,7 @@ class AsyncCluster:
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         await self._stop_servers()
+        self._leave_here()
         for i in range(self.spec.workers):
             self._states[i] = "stopped"
         await self._close_launcher()
@@ -228,6 +266,7 @@ class AsyncCluster:
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
         await self._stop_servers()
+        self._leave_here()
         await self._close_launcher()
 
     async def _start_servers(self) -> None:
@@ -272,16 +311,18 @@ class AsyncCluster:
         """Every task: the kernels that run the cell first, then a --ps cluster's servers
         (engine/cluster_status.py)."""
         return await cluster_status(layout_of(self.spec), self._addresses, self._states, self._workers,
-                                    self._servers)
+                                    self._servers, coordinator_here=self._joined)
 
     async def scheduler_status(self) -> dict[str, Any] | None:
         """The batch job the workers run in (Slurm: job id, nodes, state), or None without one."""
         return await self._launcher.status() if isinstance(self._launcher, ReportsJob) else None
 
-    async def query(self, code: str, timeout: float = 30.0) -> list[str | None]:
+    async def query(self, code: str, timeout: float = 30.0, servers: bool = False) -> list[str | None]:
         """Run a small read-only snippet silently on every worker; each one's stdout (None on error).
 
         For looking inside the workers (what devices TensorFlow sees) without it counting as a cell.
+        ``servers``: a --ps cluster's server kernels are asked too, their answers after the cell
+        kernels' in :meth:`status` order (with --coordinator notebook, None first for this process).
         """
         if self._running:
             raise ClusterStateError("a cell is running on this cluster; ask again when it is done")
@@ -300,7 +341,15 @@ class AsyncCluster:
                 return None
             return "".join(out) if outcome.status == "ok" else None
 
-        return list(await asyncio.gather(*(ask(w) for w in self._workers)))
+        asked: list[Worker | None] = list(self._workers)
+        if servers and self._servers is not None:
+            if self._joined:
+                asked.insert(0, None)
+            asked += [self._servers.server(task) for task in self._servers.tasks()]
+
+        async def answer(worker: Worker | None) -> str | None:
+            return None if worker is None else await ask(worker)
+        return list(await asyncio.gather(*(answer(w) for w in asked)))
 
     async def stacks(self) -> StacksReport:
         """Every worker's current Python stacks, main thread first; works while a cell is blocked."""
@@ -333,6 +382,8 @@ class AsyncCluster:
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if self._notebook:
+            raise ClusterStateError(notebook_coordinator.NO_CELLS)
         restarts = check_max_restarts(self.spec.max_restarts if max_restarts is None else max_restarts)
         if not self._workers and self._start_task is not None:
             await self.start()  # a start or restart under way: wait for it
@@ -355,9 +406,16 @@ class AsyncCluster:
         self._abort = asyncio.Event()
         verdict: CellVerdict | None = None
         abort = self._abort
+        names = layout_of(self.spec).kernel_names()  # a --ps cluster's "coordinator", the "evaluator"
+
+        async def run_once(sink: EventSink) -> CellVerdict:
+            verdict = await CellRun(self._workers, code, timeout, abort, sink).run()
+            for failure in verdict.failures:
+                failure.name = names.get(failure.worker, "")
+            return verdict
         try:
             outcome = await run_with_restarts(
-                lambda sink: CellRun(self._workers, code, timeout, abort, sink).run(),
+                run_once,
                 lambda: self._replace_workers(fresh_setup, emit), observe, restarts, host_wait=self.restart_host_wait,
                 aborted=abort.is_set)
             verdict = outcome.verdict

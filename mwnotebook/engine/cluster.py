@@ -75,6 +75,12 @@ class Cluster:
         return self._core.tf_configs
 
     @property
+    def notebook_notice(self) -> str:
+        """With ``coordinator="notebook"``, once started: which addresses listen, unauthenticated, on
+        every interface (the servers', and this process's own once it connects); "" otherwise."""
+        return self._core.notebook_notice
+
+    @property
     def server_pids(self) -> dict[str, int | None]:
         """A ``--ps`` cluster's worker and ps servers: ``{"ps-0": pid, "worker-0": pid, ...}`` ({} otherwise)."""
         servers = self._core.servers
@@ -186,14 +192,17 @@ class Cluster:
         """The batch job the workers run in (Slurm: ``job_id``, ``nodes``, ``state``), or None."""
         return self._loop.run(self._core.scheduler_status())
 
-    def query(self, code: str, timeout: float = 30.0) -> list[str | None]:
-        """Each worker's stdout from a silent, read-only snippet (None where it failed)."""
-        return self._loop.run(self._core.query(code, timeout))
+    def query(self, code: str, timeout: float = 30.0, servers: bool = False) -> list[str | None]:
+        """Each worker's stdout from a silent, read-only snippet (None where it failed); ``servers``:
+        a --ps cluster's server kernels too, in :meth:`status` order."""
+        return self._loop.run(self._core.query(code, timeout, servers))
 
     def devices(self) -> list[dict[str, Any] | None]:
-        """What TensorFlow in each worker sees (imports TensorFlow there; creates no tensor)."""
+        """What TensorFlow in each task's kernel sees, in :meth:`status` order (imports TensorFlow
+        there; creates no tensor). A --ps cluster's servers are asked too (its parameter servers
+        see no GPU by design); None where no kernel answered (or this notebook is the coordinator)."""
         answers = self.query("import json as _j, mwnotebook.worker as _mw\nprint(_j.dumps(_mw.visible_devices()))\n"
-                             "del _j, _mw", timeout=120)
+                             "del _j, _mw", timeout=120, servers=True)
         return [json.loads(a) if a else None for a in answers]
 
     def __enter__(self) -> Cluster:

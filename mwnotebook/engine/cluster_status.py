@@ -8,6 +8,7 @@ to see every process it is made of, where it listens and whether it is alive.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,10 +49,20 @@ def task_text(task: Task) -> str:
 
 
 async def cluster_status(layout: RoleLayout, addresses: Sequence[str], states: Sequence[str],
-                         workers: Sequence[Worker], servers: TaskServers | None) -> list[WorkerInfo]:
-    """Every task's entry: the cell kernels (``states[i]``, ``workers[i]``), then the servers."""
+                         workers: Sequence[Worker], servers: TaskServers | None, *,
+                         coordinator_here: bool = False) -> list[WorkerInfo]:
+    """Every task's entry: the cell kernels (``states[i]``, ``workers[i]``), then the servers.
+
+    ``coordinator_here`` (``--coordinator notebook``): the coordinator is this process, not a kernel;
+    its entry says so (pid of this process, state ``notebook``) and runs no cell."""
     infos = []
-    for i, task in enumerate(layout.cell_tasks()):
+    if coordinator_here:
+        chief = layout.cell_tasks()[0]
+        infos.append(WorkerInfo(
+            index=0, host="this notebook", pid=os.getpid(), state="notebook", alive=True,
+            tf_config=layout.tf_config(addresses, chief) if addresses else {}, role="coordinator (notebook)",
+            task=task_text(chief), address=layout.address_of(addresses, chief), runs_cell=False))
+    for i, task in enumerate(() if coordinator_here else layout.cell_tasks()):
         worker = workers[i] if i < len(workers) else None
         alive = worker is not None and await worker.handle.is_alive()
         infos.append(WorkerInfo(

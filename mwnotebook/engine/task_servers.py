@@ -19,8 +19,9 @@ Failures, as TensorFlow handles them (measured on TF 2.21 CPU):
   a fresh cluster (every task and the coordinator) can go on. :attr:`TaskServers.lost_ps` records
   the cause so the cell's error names it first.
 
-Why the coordinator is a kernel of its own and not the notebook (there is no opt-in for that yet):
-a process can join one TensorFlow cluster once. Reconnecting leaves the old gRPC server listening
+Why the coordinator is by default a kernel of its own and not the notebook (the notebook is one
+only on request, ``--coordinator notebook``: engine/notebook_coordinator.py): a process can join
+one TensorFlow cluster once. Reconnecting leaves the old gRPC server listening
 and the old variables invalid, touching the old ``ClusterCoordinator`` crashed the process, and the
 coordinator's own port would sit on the host network without authentication. A coordinator kernel
 is restarted with the cluster; the notebook's kernel holds the user's work.

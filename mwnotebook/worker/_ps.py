@@ -88,3 +88,12 @@ def coordinator() -> Any:
 
             _coordinator = tf.distribute.coordinator.ClusterCoordinator(made)
         return _coordinator
+
+
+def forget() -> None:
+    """Drop the strategy and coordinator so the next call makes new ones (a notebook forced onto a
+    second cluster, engine/notebook_coordinator.py: the old objects must not be touched again)."""
+    global _strategy, _coordinator
+    with _lock:
+        _strategy = None
+        _coordinator = None

@@ -241,6 +241,7 @@ def test_max_restarts_after_a_lost_ps_renews_every_task_and_the_cell_resumes_fro
 
     result = ps_cluster.run(cell, on_event=on_event, timeout=600, max_restarts=1)
     assert killed.is_set() and result.attempts == 2, result.restarts
+    assert result.restarts[0].cause.startswith("coordinator "), result.restarts  # the kernel, not "worker 0"
     epochs = [int(e) for e in re.search(r"^epochs (.*)$", result.stdout(0, attempt=2), re.M).group(1).split()]
     assert epochs == list(range(epochs[0], 30)) and epochs[0] >= 3, epochs  # resumed from the backup
     new = {i.task: i.pid for i in ps_cluster.status()}

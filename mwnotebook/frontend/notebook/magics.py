@@ -18,9 +18,16 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 from IPython.display import publish_display_data
 
-from mwnotebook.config.options import add_cluster_arguments, add_restart_argument, seconds, spec_from_options
+from mwnotebook.config.options import (
+    add_cluster_arguments,
+    add_coordinator_arguments,
+    add_restart_argument,
+    seconds,
+    spec_from_options,
+)
 from mwnotebook.config.roles import layout_of
 from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.engine import notebook_coordinator
 from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.result import RunResult
 from mwnotebook.errors import ConfigError, MWNotebookError
@@ -94,10 +101,11 @@ def _parse_mwtrain_line(line: str) -> argparse.Namespace:
 
 def mwcluster_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="%mwcluster", add_help=False, description=(
-        "Manage the notebook's worker cluster: status, start (in the background), restart, stop; stacks "
-        "shows each worker's current Python stacks."))
+        "Manage the notebook's worker cluster: status, start (in the background; with --coordinator "
+        "notebook it waits), restart, stop; stacks shows each worker's current Python stacks."))
     parser.add_argument("action", choices=("status", "start", "restart", "stop", "stacks"))
     add_cluster_arguments(parser)
+    add_coordinator_arguments(parser)
     return parser
 
 
@@ -226,7 +234,11 @@ class MWMagics(Magics):
     def mwcluster(self, line: str) -> None:
         ns = _parse(mwcluster_parser(), line)
         if ns.action == "start":
-            cluster = self.session.cluster_for(_spec(ns))
+            spec = _spec(ns)
+            if spec.coordinator == "notebook":
+                start_notebook_coordinator(self.session, spec)
+                return
+            cluster = self.session.cluster_for(spec)
             if not cluster.started:
                 cluster.start_background()
                 print(f"mwnotebook: starting {cluster.spec.workers} workers in the background; the next "
@@ -234,8 +246,9 @@ class MWMagics(Magics):
             return
         running = self.session.cluster
         if ns.action == "stop":
+            here = running is not None and running.spec.coordinator == "notebook" and running.started
             self.session.stop()
-            print("mwnotebook: all workers stopped")
+            print(notebook_coordinator.stop_note() if here else "mwnotebook: all workers stopped")
         elif running is None:
             print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
         elif ns.action == "status":
@@ -248,6 +261,30 @@ class MWMagics(Magics):
         elif ns.action == "restart":
             running.restart()
             print(f"mwnotebook: restarted {running.spec.workers} workers")
+
+
+def start_notebook_coordinator(session: NotebookSession, spec: ClusterSpec) -> None:
+    """``%mwcluster start --ps P --coordinator notebook``: the servers, then this kernel joins.
+
+    Blocking (the next cell's ``mw.ps_strategy()`` needs the servers up). A second cluster in this
+    kernel is refused before anything (the running cluster too) is touched."""
+    running = session.cluster
+    if running is not None and running.spec == spec and running.started:
+        print("mwnotebook: this kernel is already the coordinator of a cluster with these options")
+        return
+    refused = notebook_coordinator.refusal(spec.force)
+    if refused is not None:
+        raise UsageError(f"%mwcluster start: {refused}")
+    keras_note = session.keras.on_cell(spec.use_legacy_keras)
+    if keras_note:
+        print(keras_note, file=sys.stderr)
+    if spec.force and notebook_coordinator.strategies_made():
+        print("mwnotebook: --force: connecting this kernel to a second cluster. The first one's gRPC server "
+              "keeps listening, and its strategy, coordinator and variables must not be touched again "
+              "(that crashed the process in our measurements)", file=sys.stderr)
+    cluster = session.cluster_for(spec)
+    cluster.start()
+    print(cluster.notebook_notice, file=sys.stderr)
 
 
 def _output_sink(shell: Any, num_workers: int, show_startup: bool, clears: bool = False) -> EventSink:

@@ -51,16 +51,19 @@ def status_bundle(infos: Sequence[WorkerInfo],
                   devices: Sequence[dict[str, Any] | None] | None = None) -> dict[str, str]:
     """The ``%mwcluster status`` table. A cluster of plain workers: one row per worker with its
     TF_CONFIG. Any other (``--ps``, ``--chief``, ``--evaluator``): one row per task with its role,
-    then the TF_CONFIG cluster they share, once (``devices``: one per kernel that runs the cell)."""
+    then the TF_CONFIG cluster they share, once (``devices``: one per entry of ``infos``, or fewer)."""
     if all(w.role == "worker" and w.runs_cell for w in infos):
         return _worker_table(infos, devices)
     return _task_table(infos, devices)
 
 
 def _devices_of(w: WorkerInfo, devices: Sequence[dict[str, Any] | None]) -> str:
-    if not w.runs_cell:
-        return "-"  # a server runs no cell to ask
-    return describe_devices(devices[w.index] if w.index < len(devices) else None)
+    """``devices`` is in status order: cell kernels, then a --ps cluster's servers."""
+    if w.state == "notebook":
+        return "-"  # the notebook's own process: not asked
+    if w.index >= len(devices):
+        return "-" if not w.runs_cell else describe_devices(None)
+    return describe_devices(devices[w.index])
 
 
 def _worker_table(infos: Sequence[WorkerInfo], devices: Sequence[dict[str, Any] | None] | None) -> dict[str, str]:

@@ -74,6 +74,17 @@ AGAIN = ("this kernel already made a ParameterServerStrategy: a process can conn
 _made = 0
 
 
+def strategies_made() -> int:
+    """ParameterServerStrategy objects made in this process since :func:`install` (or the last forget)."""
+    return _made
+
+
+def forget_strategies() -> None:
+    """Let one more strategy be made (a notebook forced onto a second cluster: engine/notebook_coordinator.py)."""
+    global _made
+    _made = 0
+
+
 class SecondParameterServerStrategy(RuntimeError):
     """A second ParameterServerStrategy in one coordinator process."""
 
