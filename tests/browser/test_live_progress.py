@@ -15,7 +15,7 @@ import pytest
 
 from .conftest import Lab
 from .test_live_dashboard import _cell_running
-from .widget_page import prompts, run_cell
+from .widget_page import prompts, run_cell, save
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 
@@ -156,7 +156,7 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
     assert plain.locator(".js-plotly-plot, .mw-static-chart, .mw-status").count() == 0
     late_lines = _late_output_shows_in_its_cell(page, 4, artifacts_dir)
     # the notebook as JupyterLab saves it holds final states, not frames, and the late lines
-    page.keyboard.press("Control+s")
+    save(page, lab.root / name)
     deadline = time.monotonic() + 15
     saved = ""
     while time.monotonic() < deadline and not all(line in saved for line in late_lines):

@@ -23,7 +23,7 @@ import pytest
 from tests._shared.modules import require
 
 from .conftest import CHROMIUM, CHROMIUM_ARGS, Lab
-from .widget_page import prompts, run_cell
+from .widget_page import prompts, run_cell, save
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -166,7 +166,7 @@ def test_each_workers_figures_and_tables_are_labelled_and_shared_ones_show_once(
                 area.screenshot(path=str(artifacts_dir / f"browser_rich_labels_{kind}.png"), timeout=10_000)
             except Exception:  # a screenshot is an artifact, never the verdict
                 page.screenshot(path=str(artifacts_dir / f"browser_rich_labels_{kind}.png"))
-            page.keyboard.press("Control+s")
+            save(page, server.root / name)
             labels = [i for i in items if i["kind"] == "label"]
             outputs = _saved_outputs(server.root / name, len(labels))  # the browser stays open until saved
             (artifacts_dir / f"browser_rich_labels_{kind}.json").write_text(json.dumps(items, indent=1))

@@ -10,6 +10,7 @@ import re
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,27 @@ def run_cell(page, index: int, deadline_s: float = 90.0, retry_s: float = 8.0) -
                 return
             time.sleep(0.2)
     raise AssertionError(f"cell {index} never started; prompts: {prompts(page)}")
+
+
+def save(page, path, timeout_s: float = 30.0) -> None:
+    """Save the notebook with Ctrl+S and wait until ``path`` was written after the key press.
+
+    Reading the file is not enough: JupyterLab also saves on its own every two minutes, and such an
+    autosave taken while the cell ran can already hold a cell's last line but not its end state. A
+    key press the page did not take (focus elsewhere, under load) is pressed again.
+    """
+    target = Path(path)
+    pressed = time.time()
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + timeout_s
+    again = time.monotonic() + 5
+    while target.stat().st_mtime < pressed:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{target} was not saved within {timeout_s} s of Ctrl+S")
+        if time.monotonic() > again:
+            page.keyboard.press("Control+s")
+            again = time.monotonic() + 5
+        time.sleep(0.2)
 
 
 def click_cell(page, index: int, selector: str) -> bool:
