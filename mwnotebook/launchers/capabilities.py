@@ -9,6 +9,7 @@ there"), and mypy checks the implementations. Who has what today:
 | :class:`Isolates` (``isolated``) | ``launchers/local/launcher.py`` ``LocalLauncher`` |
 | :class:`AbortsStart` (``abort_start``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
 | :class:`ReportsJob` (``status``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
+| :class:`ReplacesNodes` (``replace_lost_nodes``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
 | :class:`HasLogTail` (``log_tail``) | local and remote kernel handles |
 | :class:`HasConnectionFile` (``connection_file``) | local kernel handles (forked or fresh) |
 
@@ -46,6 +47,18 @@ class ReportsJob(Protocol):
 
     async def status(self) -> dict[str, Any]:
         """The job the workers run in (id, nodes, state)."""
+        ...
+
+
+@runtime_checkable
+class ReplacesNodes(Protocol):
+    """A launcher whose workers may have to come back elsewhere after a loss (a failed node)."""
+
+    async def replace_lost_nodes(self) -> list[str]:
+        """Called before fresh workers start after a loss: move workers off places that are gone.
+        Returns one line per move since the TF addresses were last reserved (the caller then
+        reserves new ones); [] when every worker can come back in place. Raises
+        :class:`~mwnotebook.errors.CannotRestartError` when no place can be found."""
         ...
 
 

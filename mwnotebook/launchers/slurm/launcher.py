@@ -31,9 +31,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config import slurm_options as cmd
+from mwnotebook.config.slurm_nodes import replace_lost
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
-from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE, agent_error
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
@@ -105,6 +106,8 @@ class SlurmLauncher:
         self.use_template = template and gpus_per_worker is None and not templates_disabled()
         self._startup_env = dict(startup_env) if startup_env is not None else None
         self._templates = RemoteTemplates(self.python, self.require, self.cwd)
+        #: Lines saying where workers moved since the TF addresses were last reserved.
+        self._moved: list[str] = []
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> SlurmLauncher:
@@ -172,7 +175,49 @@ class SlurmLauncher:
 
         await gather_port_holders((reserve(n, ix) for n, ix in by_node.items()), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
+        self._moved = []
         return addresses
+
+    async def replace_lost_nodes(self) -> list[str]:
+        """Before fresh workers start after a loss (``--max-restarts``): the workers of a node that
+        left the job (failed, in a ``--no-kill`` job) or cannot run steps (DOWN, DRAIN) move to a
+        spare node of the job (``config/slurm_nodes.py``). No spare, or the job ended: a new
+        allocation if it is ours; if the user gave the job (``--slurm-job``, ``SLURM_JOB_ID``) we
+        never make one, and end with :class:`CannotRestartError`. Returns the moves' lines."""
+        async with self._allocating:
+            allocation = self.allocation
+            if allocation is None:
+                return self._moved
+            healthy = await allocation.usable_nodes()
+            if healthy is None:
+                what = f"Slurm job {allocation.job_id} has ended ({allocation.state})"
+                return await self._reallocate(allocation, what, "make a new allocation and pass its id")
+            plan = replace_lost(self.placement, healthy)
+            if plan.placement is not None:
+                if plan.moves:
+                    self.placement = plan.placement
+                    self._moved += [move.line() for move in plan.moves]
+                    log.warning("Slurm job %s: %s", allocation.job_id, "; ".join(m.line() for m in plan.moves))
+                return self._moved
+            lost = ", ".join(plan.unplaced)
+            return await self._reallocate(
+                allocation, f"node {lost} lost; no spare node in allocation {allocation.job_id}",
+                "ask for more nodes than workers (e.g. salloc -N 3 --no-kill for 2 workers) to have a spare "
+                "node, or pass a new job's id")
+
+    async def _reallocate(self, old: SlurmAllocation, what: str, hint: str) -> list[str]:
+        """Replace the job ``old`` by a new allocation (the lock held); the job given by the user: never."""
+        if self._job_id:
+            raise CannotRestartError(f"{what}; the job was given (--slurm-job {old.job_id} or "
+                                     f"SLURM_JOB_ID), so mwnotebook makes no new allocation: {hint} "
+                                     "with --slurm-job")
+        log.warning("%s: requesting a new allocation", what)
+        self.allocation = None
+        await self._release_ports()
+        await old.release()
+        new = await self._allocate_locked(refresh=False)
+        self._moved.append(f"{what}; new allocation {new.job_id}")
+        return self._moved
 
     async def _first_event(self, agent: SrunAgent, node: str, timeout: float) -> AgentEvent:
         try:

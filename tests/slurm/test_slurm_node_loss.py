@@ -1,0 +1,116 @@
+"""``--max-restarts`` on a real Slurm when a node of the job fails (``scontrol update state=down``,
+what slurmctld does to a node it has lost): its worker comes back on a spare node of the same
+allocation, with new TF addresses, and the cell says so; in a job the user gave that has no spare
+node, the cell ends at once with the reason and no new job is made. A three-node test cluster
+(``slurm3`` in conftest.py), made for this module only."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import slurm_cluster
+
+from mwnotebook import Cluster
+from mwnotebook.errors import RestartFailedError
+from mwnotebook.shared.events import Event, WorkerOutput
+
+pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
+
+#: Trains (an all-reduce per step) until the node named in FLAG is no longer one of its cluster's
+#: hosts: the first attempt runs until its node fails; the attempt on the moved worker finishes.
+TRAIN_UNTIL_MOVED = """
+import json, os, time
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+@tf.function
+def step():
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+total = float(step())
+hosts = [w.rsplit(":", 1)[0] for w in json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]]
+print("training on", os.environ.get("SLURMD_NODENAME"), "sum", total, flush=True)
+while not (os.path.exists(FLAG) and open(FLAG).read() not in hosts):
+    step()
+    time.sleep(0.05)
+print("done on", os.environ.get("SLURMD_NODENAME"), "sum", float(step()), flush=True)
+"""
+
+#: No TensorFlow: runs until killed (the job the user gave has no spare node, nothing comes back).
+SLEEP = "import time\nprint('running', flush=True)\ntime.sleep(600)\n"
+
+
+def down_on_first(worker: int, word: str, node: str, cluster: slurm_cluster.SlurmCluster,
+                  flag: Path | None = None, address: str = "") -> tuple[list[str], object]:
+    """An event observer that fails ``node`` when ``worker`` first prints ``word``."""
+    downed: list[str] = []
+
+    def observe(event: Event) -> None:
+        if (isinstance(event, WorkerOutput) and event.worker == worker and not downed
+                and word in event.content.get("text", "")):
+            if flag is not None:
+                flag.write_text(address)
+            cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=mwnotebook-test")
+            downed.append(node)
+    return downed, observe
+
+
+def resume(cluster: slurm_cluster.SlurmCluster, node: str) -> None:
+    """Back in service (the cluster's ReturnToService=2 often does it by itself)."""
+    cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    deadline = time.monotonic() + 30  # a generous bound: slurmctld answers within a second
+    while cluster.node_states().get(node, "").rstrip("*") not in ("idle", "mixed", "allocated"):
+        assert time.monotonic() < deadline, cluster.node_states()
+        time.sleep(0.2)
+
+
+def test_a_failed_node_is_replaced_by_the_spare_node_of_the_allocation(slurm3_env: slurm_cluster.SlurmCluster,
+                                                                       tmp_path: Path) -> None:
+    n0, n1, n2 = slurm3_env.nodes
+    flag = tmp_path / "lost-node"
+    cell = TRAIN_UNTIL_MOVED.replace("FLAG", repr(str(flag)))
+    try:
+        with Cluster(slurm="-N 3", workers=2, cpu=True) as cluster:  # 3 nodes for 2 workers: one spare
+            cluster.start()
+            job = slurm3_env.jobs()
+            hosts = [w.rsplit(":", 1)[0] for w in cluster.tf_configs[0]["cluster"]["worker"]]
+            assert hosts == [n0.address, n1.address]
+            downed, observe = down_on_first(1, "training on", "mwnode1", slurm3_env, flag, n1.address)
+            result = cluster.run(cell, on_event=observe, timeout=300, max_restarts=2)
+            assert downed == ["mwnode1"]
+            [restart] = result.restarts
+            assert restart.worker == 1 and restart.moved == ("node mwnode1 lost; worker 1 restarted on node mwnode2",)
+            # the same job, worker 1 on the spare node, TF_CONFIG naming it: the all-reduce spans it
+            assert slurm3_env.jobs() == job
+            hosts = [w.rsplit(":", 1)[0] for w in cluster.tf_configs[0]["cluster"]["worker"]]
+            assert hosts == [n0.address, n2.address]
+            assert "done on mwnode2 sum 2.0" in result.stdout(1, attempt=2)
+            assert "done on mwnode0 sum 2.0" in result.stdout(0, attempt=2)
+    finally:
+        resume(slurm3_env, "mwnode1")
+
+
+def test_a_job_the_user_gave_without_a_spare_node_ends_the_cell_with_the_reason(
+        slurm3_env: slurm_cluster.SlurmCluster) -> None:
+    given = slurm3_env.run("salloc", "--no-shell", "--no-kill", "-N", "2", "-n", "2").stderr
+    job = given.split("Granted job allocation")[1].split()[0]
+    node = "mwnode1"
+    try:
+        with Cluster(slurm_job=job, workers=2) as cluster:
+            cluster.start()
+            node = cluster.status()[1].host
+            downed, observe = down_on_first(1, "running", node, slurm3_env)
+            with pytest.raises(RestartFailedError) as info:
+                cluster.run(SLEEP, on_event=observe, timeout=300, max_restarts=2)
+            assert downed == [node]
+            text = str(info.value)
+            assert f"node {node} lost; no spare node in allocation {job}" in text
+            assert "makes no new allocation" in text
+            # at once: not the 60 s of tries a host that is away gets
+            assert "cannot be started again" in text and "within" not in text
+            assert slurm3_env.jobs() == [job]  # no new job was made
+    finally:
+        slurm3_env.run("scancel", job, check=False)
+        resume(slurm3_env, node)
