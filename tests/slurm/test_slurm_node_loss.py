@@ -98,7 +98,7 @@ def test_a_job_the_user_gave_without_a_spare_node_ends_the_cell_with_the_reason(
     job = given.split("Granted job allocation")[1].split()[0]
     node = "mwnode1"
     try:
-        with Cluster(slurm_job=job, workers=2) as cluster:
+        with Cluster(slurm_job=job, workers=2, template=False) as cluster:  # no TensorFlow here
             cluster.start()
             node = cluster.status()[1].host
             downed, observe = down_on_first(1, "running", node, slurm3_env)
