@@ -11,6 +11,7 @@ there"), and mypy checks the implementations. Who has what today:
 | :class:`ReportsJob` (``status``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
 | :class:`ReplacesNodes` (``replace_lost_nodes``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
 | :class:`HasLogTail` (``log_tail``) | local and remote kernel handles |
+| :class:`TakesStacks` (``take_stacks``) | remote kernel handles (``launchers/remote/kernel_handle.py``) |
 | :class:`HasConnectionFile` (``connection_file``) | local kernel handles (forked or fresh) |
 
 A worker's ``output_log`` is no capability: every engine ``Worker`` has one
@@ -68,6 +69,16 @@ class HasLogTail(Protocol):
 
     def log_tail(self, lines: int = 20) -> str:
         """The last ``lines`` lines of that log ('' when there is none)."""
+        ...
+
+
+@runtime_checkable
+class TakesStacks(Protocol):
+    """A kernel handle whose kernel's stacks are taken on its own host (by its remote agent)."""
+
+    async def take_stacks(self, timeout: float) -> tuple[str, int | None, str]:
+        """``(faulthandler text, main thread id, note)``: text '' and a note saying why when there
+        is no dump (``processes/shipped/stack_dump.py`` ``take``)."""
         ...
 
 
