@@ -1,7 +1,8 @@
 """``--max-restarts`` on a real Slurm when a node of the job fails (``scontrol update state=down``,
 what slurmctld does to a node it has lost): its worker comes back on a spare node of the same
 allocation, with new TF addresses, and the cell says so; in a job the user gave that has no spare
-node, the cell ends at once with the reason and no new job is made. A three-node test cluster
+node, the cell ends at once with the reason and no new job is made (and ``Cluster.stacks()`` of
+Slurm workers, taken on their nodes). A three-node test cluster
 (``slurm3`` in conftest.py), made for this module only."""
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ def test_a_job_the_user_gave_without_a_spare_node_ends_the_cell_with_the_reason(
         with Cluster(slurm_job=job, workers=2, template=False) as cluster:  # no TensorFlow here
             cluster.start()
             node = cluster.status()[1].host
+            # %mwcluster stacks of Slurm workers: taken on each node by the worker's job step
+            report = cluster.stacks()
+            assert [w.host for w in report.workers] == [s.host for s in cluster.status()]
+            assert all(w.main is not None and w.main.frames for w in report.workers), report.text()
             downed, observe = down_on_first(1, "running", node, slurm3_env)
             with pytest.raises(RestartFailedError) as info:
                 cluster.run(SLEEP, on_event=observe, timeout=300, max_restarts=2)
