@@ -1,6 +1,8 @@
 """``--max-restarts`` on Slurm: a worker whose kernel was SIGKILLed (it comes back on its node) vs a
 worker whose node failed (``scontrol update state=down``: it comes back on the spare node of the
-allocation, and every worker gets new TF addresses), alternating in one run.
+allocation, and every worker gets new TF addresses), the latter with the spare node's worker template
+started with the cluster (the default) and without (``MWNOTEBOOK_SLURM_SPARE_TEMPLATE=0``: the
+template imports TensorFlow only once a worker moves there), alternating in one run.
 
 A three-node test Slurm (tests/slurm/slurm_cluster.py, network namespaces, root); 2 workers on
 ``--slurm "-N 3"`` (one spare node), a fresh cluster per trial. The cell all-reduces in a loop until
@@ -31,6 +33,7 @@ import slurm_cluster  # noqa: E402
 from _common import write_result  # noqa: E402
 
 from mwnotebook import Cluster  # noqa: E402
+from mwnotebook.launchers.slurm.launcher import SPARE_TEMPLATE_ENV  # noqa: E402
 from mwnotebook.shared.events import Event, WorkerOutput  # noqa: E402
 
 CELL = """
@@ -50,7 +53,11 @@ while str(os.getpid()) in open(PIDS).read().split():
 """
 
 
+KINDS = ("kernel SIGKILL", "node down", "node down, cold spare")
+
+
 def trial(kind: str, slurm: slurm_cluster.SlurmCluster, pids_file: Path) -> dict[str, Any]:
+    os.environ[SPARE_TEMPLATE_ENV] = "0" if kind.endswith("cold spare") else "1"
     with Cluster(slurm="-N 3", workers=2, cpu=True) as cluster:
         cluster.start()
         status = cluster.status()
@@ -93,21 +100,21 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for _ in range(args.repeat):
-                for kind in ("kernel SIGKILL", "node down"):
+                for kind in KINDS:
                     rows.append(trial(kind, slurm, Path(tmp) / "pids"))
                     print(rows[-1], flush=True)
     finally:
         slurm.destroy()
     summary = {}
-    for kind in ("kernel SIGKILL", "node down"):
+    for kind in KINDS:
         mine = [r for r in rows if r["kind"] == kind]
         summary[kind] = {"restart_s": statistics.median(r["restart_s"] for r in mine),
                          "loss_to_done_s": statistics.median(r["loss_to_done_s"] for r in mine)}
-    ratio = summary["node down"]["restart_s"] / summary["kernel SIGKILL"]["restart_s"]
-    print(f"median restart: kernel SIGKILL {summary['kernel SIGKILL']['restart_s']:.1f} s, node down "
-          f"{summary['node down']['restart_s']:.1f} s ({ratio:.2f}x); load {load}")
-    write_result("slurm_node_loss", {"rows": rows, "median": summary, "ratio_node_vs_kernel": ratio,
-                                     "load_before": load, "repeat": args.repeat})
+    base = summary["kernel SIGKILL"]["restart_s"]
+    print("median restart: " + ", ".join(f"{k} {v['restart_s']:.1f} s ({v['restart_s'] / base:.2f}x)"
+                                         for k, v in summary.items()) + f"; load {load}")
+    write_result("slurm_node_loss", {"rows": rows, "median": summary, "load_before": load,
+                                     "load_after": os.getloadavg(), "repeat": args.repeat})
     return 0
 
 

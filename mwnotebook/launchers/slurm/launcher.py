@@ -51,6 +51,9 @@ __all__ = ["SlurmLauncher", "SrunAgent"]
 
 log = logging.getLogger(__name__)
 
+#: ``0``: no worker template on the allocation's spare nodes until a worker moves there (to measure).
+SPARE_TEMPLATE_ENV = "MWNOTEBOOK_SLURM_SPARE_TEMPLATE"
+
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
@@ -174,6 +177,11 @@ class SlurmLauncher:
                 addresses[index] = format_address(address, int(port))
 
         await gather_port_holders((reserve(n, ix) for n, ix in by_node.items()), self._release_ports)
+        if self._startup_env is not None and os.environ.get(SPARE_TEMPLATE_ENV) != "0":
+            # A spare node's template imports TensorFlow now, so that a worker moved there after its
+            # node failed starts as fast as one restarted in place (benchmarks/slurm_node_loss.py).
+            for spare in (n for n in allocation.nodes if n not in by_node):
+                self._template(spare, self._startup_env)
         log.info("TensorFlow addresses: %s", addresses)
         self._moved = []
         return addresses
