@@ -1,7 +1,8 @@
 """``--max-restarts`` on a real Slurm when a node of the job fails (``scontrol update state=down``,
 what slurmctld does to a node it has lost): its worker comes back on a spare node of the same
-allocation, with new TF addresses, and the cell says so; in a job the user gave that has no spare
-node, the cell ends at once with the reason and no new job is made (and ``Cluster.stacks()`` of
+allocation, with new TF addresses, and the cell says so; without a spare node our own job is
+replaced by a new allocation; in a job the user gave that has no spare node, the cell ends at once
+with the reason and no new job is made (and ``Cluster.stacks()`` of
 Slurm workers, taken on their nodes). A three-node test cluster
 (``slurm3`` in conftest.py), made for this module only."""
 
@@ -118,4 +119,31 @@ def test_a_job_the_user_gave_without_a_spare_node_ends_the_cell_with_the_reason(
             assert slurm3_env.jobs() == [job]  # no new job was made
     finally:
         slurm3_env.run("scancel", job, check=False)
+        resume(slurm3_env, node)
+
+
+def test_without_a_spare_node_our_own_job_is_replaced_by_a_new_allocation(
+        slurm3_env: slurm_cluster.SlurmCluster, tmp_path: Path) -> None:
+    pids = tmp_path / "first-attempt-pids"
+    # No TensorFlow: runs until it finds itself in kernels that were not there when the cell began.
+    cell = (f"import os, time\nprint('running', flush=True)\n"
+            f"while str(os.getpid()) in open({str(pids)!r}).read().split():\n    time.sleep(0.1)\n"
+            "print('done in job', os.environ['SLURM_JOB_ID'], flush=True)\n")
+    node = "mwnode1"
+    try:
+        with Cluster(slurm="-N 2", workers=2, template=False) as cluster:  # no spare node
+            cluster.start()
+            [old] = slurm3_env.jobs()
+            status = cluster.status()
+            pids.write_text(" ".join(str(s.pid) for s in status))
+            node = status[1].host
+            downed, observe = down_on_first(1, "running", node, slurm3_env)
+            result = cluster.run(cell, on_event=observe, timeout=300, max_restarts=2)
+            assert downed == [node]
+            [new] = slurm3_env.jobs()
+            assert new != old
+            [restart] = result.restarts
+            assert restart.moved == (f"node {node} lost; no spare node in allocation {old}; new allocation {new}",)
+            assert result.stdout(1, attempt=2).splitlines()[-1] == f"done in job {new}"
+    finally:
         resume(slurm3_env, node)
