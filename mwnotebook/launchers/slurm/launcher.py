@@ -38,10 +38,10 @@ from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE, agent_error
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
-from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.slurm.agent import SrunAgent
 from mwnotebook.launchers.slurm.job import SlurmAllocation
+from mwnotebook.launchers.slurm.kernel_handle import SlurmKernelHandle, NodePlace
 from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmShell
 
 if TYPE_CHECKING:
@@ -56,25 +56,6 @@ SPARE_TEMPLATE_ENV = "MWNOTEBOOK_SLURM_SPARE_TEMPLATE"
 
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
-
-class SlurmKernelHandle(RemoteKernelHandle):
-    """A kernel in a job step, reached at its node's address (or through the login node)."""
-
-    shell: SlurmShell | None = None
-
-    def _lost_description(self) -> str:
-        lost = self.shell.lost() if self.shell is not None else ""
-        if lost:
-            return f"lost the SSH connection to the login node: {lost}"
-        return f"its Slurm job step on {self.host} ended (job cancelled or node lost?)"
-
-
-class _Node:
-    """What a handle needs of its place (``target`` is the name shown for the worker)."""
-
-    def __init__(self, name: str) -> None:
-        self.target = name
-        self.host = name
 
 class SlurmLauncher:
     """Starts worker kernels as job steps of one Slurm allocation (see the module docstring)."""
@@ -284,7 +265,7 @@ class SlurmLauncher:
                 listener.close()
             await agent.close()
             raise
-        handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), listeners, info)
+        handle = SlurmKernelHandle(index, NodePlace(node), agent, int(event["pid"]), listeners, info)
         handle.shell = self.shell
         handle.remote_dir = str(event.get("dir", ""))
         self._handles = [h for h in self._handles if not h.ended] + [handle]
