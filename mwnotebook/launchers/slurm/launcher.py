@@ -41,7 +41,7 @@ from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_hol
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.slurm.agent import SrunAgent
 from mwnotebook.launchers.slurm.job import SlurmAllocation
-from mwnotebook.launchers.slurm.kernel_handle import SlurmKernelHandle, NodePlace
+from mwnotebook.launchers.slurm.kernel_handle import NodePlace, SlurmKernelHandle
 from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmShell
 
 if TYPE_CHECKING:
