@@ -97,26 +97,38 @@ def test_a_failed_node_is_replaced_by_the_spare_node_of_the_allocation(slurm3_en
 def test_a_job_the_user_gave_without_a_spare_node_ends_the_cell_with_the_reason(
         slurm3_env: slurm_cluster.SlurmCluster) -> None:
     given = slurm3_env.run("salloc", "--no-shell", "--no-kill", "-N", "2", "-n", "2").stderr
+    check_the_users_job_ends_the_cell(slurm3_env, given, "node {node} lost; no spare node in allocation {job}", stacks=True)
+
+
+def test_a_job_the_user_gave_without_no_kill_ends_with_its_node_and_the_cell_says_so(
+        slurm3_env: slurm_cluster.SlurmCluster) -> None:
+    """Without --no-kill Slurm ends the whole job when a node fails: no new job either."""
+    given = slurm3_env.run("salloc", "--no-shell", "-N", "2", "-n", "2").stderr
+    check_the_users_job_ends_the_cell(slurm3_env, given, "Slurm job {job} has ended", stacks=False)
+
+
+def check_the_users_job_ends_the_cell(slurm3_env: slurm_cluster.SlurmCluster, given: str, reason: str,
+                                      stacks: bool) -> None:
     job = given.split("Granted job allocation")[1].split()[0]
     node = "mwnode1"
     try:
         with Cluster(slurm_job=job, workers=2, template=False) as cluster:  # no TensorFlow here
             cluster.start()
             node = cluster.status()[1].host
-            # %mwcluster stacks of Slurm workers: taken on each node by the worker's job step
-            report = cluster.stacks()
-            assert [w.host for w in report.workers] == [s.host for s in cluster.status()]
-            assert all(w.main is not None and w.main.frames for w in report.workers), report.text()
+            if stacks:  # %mwcluster stacks of Slurm workers: taken on each node by the worker's job step
+                report = cluster.stacks()
+                assert [w.host for w in report.workers] == [s.host for s in cluster.status()]
+                assert all(w.main is not None and w.main.frames for w in report.workers), report.text()
             downed, observe = down_on_first(1, "running", node, slurm3_env)
             with pytest.raises(RestartFailedError) as info:
                 cluster.run(SLEEP, on_event=observe, timeout=300, max_restarts=2)
             assert downed == [node]
             text = str(info.value)
-            assert f"node {node} lost; no spare node in allocation {job}" in text
+            assert reason.format(node=node, job=job) in text, text
             assert "makes no new allocation" in text
             # at once: not the 60 s of tries a host that is away gets
             assert "cannot be started again" in text and "within" not in text
-            assert slurm3_env.jobs() == [job]  # no new job was made
+            assert set(slurm3_env.jobs()) <= {job}  # no new job was made
     finally:
         slurm3_env.run("scancel", job, check=False)
         resume(slurm3_env, node)

@@ -179,7 +179,8 @@ class SlurmLauncher:
                 return self._moved
             healthy = await allocation.usable_nodes()
             if healthy is None:
-                what = f"Slurm job {allocation.job_id} has ended ({allocation.state})"
+                state = f" ({allocation.state})" if allocation.state != "ENDED" else ""  # ENDED: gone from squeue
+                what = f"Slurm job {allocation.job_id} has ended{state}"
                 return await self._reallocate(allocation, what, "make a new allocation and pass its id")
             plan = replace_lost(self.placement, healthy)
             if plan.placement is not None:
