@@ -357,6 +357,7 @@ class AsyncCluster:
         self._abort = asyncio.Event()
         verdict: CellVerdict | None = None
         abort = self._abort
+        self._moved = []  # lines of an earlier cell's restart that never completed are not this cell's
         try:
             outcome = await run_with_restarts(
                 lambda sink: CellRun(self._workers, code, timeout, abort, sink).run(),
