@@ -14,6 +14,10 @@ TensorFlow ports; one ``kernel`` agent per worker runs its kernel, which binds t
 address (``NodeAddr``), with signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports
 chosen on each node.
 
+When workers were lost (``--max-restarts``), :meth:`SlurmLauncher.replace_lost_nodes` moves the
+workers of a node that failed to a spare node of the job (``config/slurm_nodes.py``), else asks for
+a new allocation when the job is ours; spare nodes get their worker template with the cluster.
+
 Where the Slurm commands run and how kernels are reached (``slurm_shell.py``): by default here, the
 notebook host being on the cluster network, reaching each kernel at its node's address; with
 ``--slurm-login HOST`` on that login node over SSH (srun's stdin/stdout being the SSH session's),
