@@ -5,6 +5,7 @@
     MWNotebookError                 base of everything mwnotebook raises on purpose
     ├── ConfigError                 bad options, caught before any process starts (also a ValueError)
     ├── ClusterStartError           a worker could not be started or did not become ready
+    │   └── CannotRestartError      fresh workers cannot be started at all (trying again will not help)
     ├── ClusterStateError           an operation that needs a running cluster found none
     └── ClusterRunError             a cell failed on the cluster; ``failures`` lists each worker's fault
         ├── WorkerError             a worker's cell raised (``ename``, ``evalue``, ``traceback``)
@@ -54,6 +55,12 @@ class ClusterStartError(MWNotebookError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.worker, self.host))
+
+
+class CannotRestartError(ClusterStartError):
+    """Fresh workers for a lost one cannot be started, and trying again will not help (say, a node
+    of a Slurm job the user gave was lost and the job has no spare node): ``--max-restarts`` ends
+    the cell at once with this reason instead of trying again for a while."""
 
 
 class ClusterStateError(MWNotebookError):

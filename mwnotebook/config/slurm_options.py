@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mwnotebook.config.slurm_nodes import asked_nodes
 from mwnotebook.errors import ConfigError
 
 # one NodeAddr parser, shared with the exported launcher (re-exported here beside the other parsers)
@@ -57,8 +58,13 @@ def split_salloc_args(text: str) -> list[str]:
 
 def salloc_argv(args: Sequence[str], workers: int, workers_per_host: int | None = None,
                 gpus_per_worker: int | None = None, job_name: str = "mwnotebook") -> list[str]:
-    """The salloc command line for ``workers`` worker tasks (one CPU each unless ``args`` say)."""
-    argv = ["salloc", "--no-shell", f"--job-name={job_name}", f"--ntasks={workers}"]
+    """The salloc command line for ``workers`` worker tasks (one CPU each unless ``args`` say).
+
+    ``--no-kill``: a failed node leaves the job running on the others, so its workers can restart on
+    a spare node (``config/slurm_nodes.py``). At least one task per node asked for (``-N 3``), since
+    salloc shrinks the node count to the task count and the spare node would be lost."""
+    tasks = max(workers, asked_nodes(args) or 0)
+    argv = ["salloc", "--no-shell", "--no-kill", f"--job-name={job_name}", f"--ntasks={tasks}"]
     if workers_per_host:
         argv.append(f"--ntasks-per-node={workers_per_host}")
     if gpus_per_worker:

@@ -31,7 +31,7 @@ from mwnotebook.engine.stacks import StacksReport, dump_stacks
 from mwnotebook.engine.task_servers import ParameterServerLost, TaskServers
 from mwnotebook.errors import ClusterStartError, ClusterStateError
 from mwnotebook.launchers import Launcher, make_launcher
-from mwnotebook.launchers.capabilities import AbortsStart, Isolates, ReportsJob
+from mwnotebook.launchers.capabilities import AbortsStart, Isolates, ReplacesNodes, ReportsJob
 from mwnotebook.shared.events import Event, EventSink, WorkerState, WorkerStateChanged
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,8 @@ class AsyncCluster:
         self._cell_code: str | None = None
         #: ``--max-restarts``: how long fresh workers may fail to start before the cell gives up.
         self.restart_host_wait = HOST_WAIT_SECONDS
+        #: Where workers moved in a restart still under way (lines for its RunRestarted).
+        self._moved: list[str] = []
         #: Output workers send after their cell ended (mwnotebook/engine/late_output.py).
         self.late_output = LateOutput()
 
@@ -406,6 +408,7 @@ class AsyncCluster:
         self._abort = asyncio.Event()
         verdict: CellVerdict | None = None
         abort = self._abort
+        self._moved = []  # lines of an earlier cell's restart that never completed are not this cell's
         names = layout_of(self.spec).kernel_names()  # a --ps cluster's "coordinator", the "evaluator"
 
         async def run_once(sink: EventSink) -> CellVerdict:
@@ -445,13 +448,21 @@ class AsyncCluster:
             self._running = False
             self._abort = None
 
-    async def _replace_workers(self, setup: str | None, emit: EventSink) -> None:
-        """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs. On a
-        --ps cluster that lost a parameter server, fresh servers too: the variables are gone, and
-        only every task new can go on (the cell's BackupAndRestore then resumes it)."""
+    async def _replace_workers(self, setup: str | None, emit: EventSink) -> list[str]:
+        """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs, unless
+        the launcher moved workers off a lost node (new addresses; the lines saying where are
+        returned). On a --ps cluster that lost a parameter server, fresh servers too: the variables
+        are gone, and only every task new can go on (the cell's BackupAndRestore then resumes it)."""
         workers, self._workers = self._workers, []
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
-        if self._servers is not None and not await self._servers.every_ps_alive():
+        launcher = self._launcher
+        assert launcher is not None
+        moved = await launcher.replace_lost_nodes() if isinstance(launcher, ReplacesNodes) else []
+        if moved:
+            self._addresses = await launcher.tf_addresses(len(layout_of(self.spec).training_tasks()))
+            self._envs = worker_envs(self.spec, self._addresses)
+            self._moved += [line for line in moved if line not in self._moved]
+        if moved or (self._servers is not None and not await self._servers.every_ps_alive()):
             await self._start_servers()
         self._workers = await self._start_workers(emit)
         if setup:
@@ -459,6 +470,8 @@ class AsyncCluster:
             failed = [w.index for w, o in zip(self._workers, outcomes) if o.status != "ok"]
             if failed:
                 raise ClusterStartError(f"worker {failed[0]} failed the set-up of a fresh worker", worker=failed[0])
+        said, self._moved = self._moved, []
+        return said
 
     async def _release(self, workers: list[Worker]) -> None:
         """Let every worker free what the last cell replaced, now that no collective is in flight.

@@ -13,7 +13,10 @@ The policy, in one place:
 * **Hosts that stay away**: if fresh workers cannot be started (a host unreachable, a start that
   fails), starting is tried again with a growing pause for at most ``host_wait`` seconds; then the
   cell ends with that reason (:class:`~mwnotebook.errors.RestartFailedError`) instead of using up
-  the remaining restarts. These retries do not count as restarts.
+  the remaining restarts. These retries do not count as restarts. A start that says trying again
+  cannot help (:class:`~mwnotebook.errors.CannotRestartError`) ends the cell at once.
+* **Where workers come back** is the launcher's business; when not in place (a Slurm node lost),
+  the restart's ``moved`` lines say where.
 
 The loop (:func:`run_with_restarts`) is pure logic over three callables -- run the cell once, start
 fresh workers, pass an event on -- so the unit tests drive it with fakes
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 
 from mwnotebook.engine.cell_run import CellVerdict
 from mwnotebook.engine.result import RunResult
-from mwnotebook.errors import AttemptFailure, ClusterRunError, RestartFailedError, WorkerFailure
+from mwnotebook.errors import AttemptFailure, CannotRestartError, ClusterRunError, RestartFailedError, WorkerFailure
 from mwnotebook.shared.events import Event, EventSink, RunRestarted, WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -102,36 +105,43 @@ def _where(progress: Progress) -> str:
     return ""
 
 
-async def _start_fresh(restart: Callable[[], Awaitable[None]], host_wait: float,
-                       clock: Callable[[], float], aborted: Callable[[], bool]) -> BaseException | None:
-    """Start fresh workers, trying again for ``host_wait`` s; the last error if it never worked."""
+#: What starting fresh workers may say: where workers moved (lines), or nothing.
+Restart = Callable[[], Awaitable["list[str] | None"]]
+
+
+async def _start_fresh(restart: Restart, host_wait: float, clock: Callable[[], float],
+                       aborted: Callable[[], bool]) -> tuple[BaseException | None, list[str]]:
+    """Start fresh workers, trying again for ``host_wait`` s; the last error if it never worked,
+    and where workers moved."""
     give_up = clock() + host_wait
     pause = FIRST_RETRY_PAUSE
     while True:
         if aborted():
-            return None  # the cell's next attempt ends at once as interrupted
+            return None, []  # the cell's next attempt ends at once as interrupted
         try:
-            await restart()
-            return None
+            return None, list(await restart() or [])
         except asyncio.CancelledError:
             raise
+        except CannotRestartError as exc:
+            return exc, []
         except Exception as exc:  # a host that is away, a start that failed: try again for a while
             log.info("fresh workers did not start (%s); trying again", exc)
             if clock() + pause > give_up:
-                return exc
+                return exc, []
             await asyncio.sleep(pause)
             pause = min(pause * 2, 8.0)
 
 
 async def run_with_restarts(run_once: Callable[[EventSink], Awaitable[CellVerdict]],
-                            restart: Callable[[], Awaitable[None]], emit: EventSink, max_restarts: int,
+                            restart: Restart, emit: EventSink, max_restarts: int,
                             host_wait: float = HOST_WAIT_SECONDS,
                             clock: Callable[[], float] = time.monotonic,
                             aborted: Callable[[], bool] = lambda: False) -> RestartOutcome:
     """Run the cell; after a lost worker start fresh ones and run it again, at most ``max_restarts`` times.
 
     ``run_once(sink)`` runs the cell once on the current workers, passing its events to ``sink``;
-    ``restart()`` replaces every worker (raises when they cannot be started). ``emit`` gets every
+    ``restart()`` replaces every worker (raises when they cannot be started; returns the lines
+    saying where workers moved, if they did not come back in place). ``emit`` gets every
     event plus one :class:`RunRestarted` per restart. ``aborted()`` true (the user interrupted):
     no further restart.
     """
@@ -154,7 +164,7 @@ async def run_with_restarts(run_once: Callable[[EventSink], Awaitable[CellVerdic
             outcome = RestartOutcome(verdict, results, restarts, attempts)
             break
         lost_at_wall, lost_at = time.time(), clock()
-        error = await _start_fresh(restart, host_wait, clock, aborted)
+        error, moved = await _start_fresh(restart, host_wait, clock, aborted)
         if aborted():  # interrupted while restarting: the cell ends with the loss it had
             outcome = RestartOutcome(verdict, results, restarts, attempts)
             break
@@ -163,14 +173,16 @@ async def run_with_restarts(run_once: Callable[[EventSink], Awaitable[CellVerdic
         attempts.append(AttemptFailure(len(attempts) + 1, headline + _where(progress), tuple(verdict.failures),
                                        None if error is not None else seconds))
         if error is not None:
-            detail = (f"the workers were lost ({headline}) and could not be started again within "
+            detail = (f"the workers were lost ({headline}) and cannot be started again: {error}"
+                      if isinstance(error, CannotRestartError) else
+                      f"the workers were lost ({headline}) and could not be started again within "
                       f"{host_wait:g} s: {error}")
             failed = RestartFailedError(verdict.failures, restarted=False, detail=detail, attempts=attempts[:-1])
             outcome = RestartOutcome(verdict, results, restarts, attempts, start_error=failed)
             break
         event = RunRestarted(restart=len(restarts) + 1, max_restarts=max_restarts, cause=headline,
                              worker=cause.worker, epoch=progress.epoch, step=progress.step,
-                             lost_at=lost_at_wall, restart_seconds=seconds)
+                             lost_at=lost_at_wall, restart_seconds=seconds, moved=tuple(moved))
         restarts.append(event)
         emit(event)
     return outcome

@@ -3,7 +3,9 @@ worker's main thread may be blocked in native code (a TensorFlow collective).
 
 The worker registered ``faulthandler`` on SIGUSR2 (mwnotebook/processes/runtime/stack_signal.py): a C signal
 handler writes all stacks to a file beside its connection file without needing the blocked thread.
-Only local workers can be asked this way (the file and the signal are on this machine).
+The signal and the file are on the worker's host: a local worker is asked here, a remote one (SSH,
+Slurm) through its agent (the ``stacks`` command; ``launchers/remote/kernel_handle.py``); both read
+the dump with ``processes/shipped/stack_dump.py``.
 
 What TensorFlow exposes: nothing from Python about an op in flight -- no API lists pending
 collectives or the peers they wait for. What can be said: a main thread whose stack is inside
@@ -14,15 +16,13 @@ of the group joins; workers whose main thread is *not* there are the ones it wai
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import signal
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from mwnotebook.launchers.capabilities import HasConnectionFile
+from mwnotebook.launchers.capabilities import HasConnectionFile, TakesStacks
+from mwnotebook.processes.shipped import stack_dump
 
 if TYPE_CHECKING:
     from mwnotebook.launchers.base import KernelHandle
@@ -36,10 +36,7 @@ class StackWorker(Protocol):
     @property
     def index(self) -> int: ...
 
-STACKS_SIGNAL = signal.SIGUSR2
-SUFFIX = ".stacks"  # mwnotebook/processes/runtime/stack_signal.py
-MAIN_THREAD_TAG = "mwnotebook-main-thread"
-DUMP_TIMEOUT_SECONDS = 3.0
+DUMP_TIMEOUT_SECONDS = stack_dump.DUMP_TIMEOUT_SECONDS
 
 _THREAD_RE = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.M)
 _FRAME_RE = re.compile(r'File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -133,52 +130,21 @@ def parse_dump(text: str, main_ident: int | None, cell_code: str | None = None) 
 async def _dump_one(worker: StackWorker, cell_code: str | None) -> WorkerStacks:
     handle = worker.handle
     result = WorkerStacks(worker.index, handle.host, handle.pid)
-    connection_file = handle.connection_file if isinstance(handle, HasConnectionFile) else None
-    if handle.host != "localhost" or not connection_file or handle.pid is None:
-        result.note = "only local workers can be asked for stacks"
-        return result
     if not await handle.is_alive():
         result.note = f"the worker process has ended ({handle.exit_description()})"
         return result
-    if _is_stopped(handle.pid):
-        result.note = "the worker process is stopped (SIGSTOP): it cannot answer until it is continued"
+    connection_file = handle.connection_file if isinstance(handle, HasConnectionFile) else None
+    if isinstance(handle, TakesStacks):  # on its host, by its agent
+        text, main_ident, result.note = await handle.take_stacks(DUMP_TIMEOUT_SECONDS)
+    elif connection_file and handle.pid is not None and handle.host == "localhost":
+        text, main_ident, result.note = await asyncio.to_thread(
+            stack_dump.take, handle.pid, connection_file + stack_dump.SUFFIX, DUMP_TIMEOUT_SECONDS)
+    else:
+        result.note = "this kind of worker cannot be asked for its stacks"
         return result
-    path = connection_file + SUFFIX
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            header = fh.readline()
-        before = os.path.getsize(path)
-    except OSError:
-        result.note = "this worker has no stack dump file (started without mwnotebook's worker runtime)"
-        return result
-    main_ident = int(header.split()[1], 16) if header.startswith(MAIN_THREAD_TAG) else None
-    os.kill(handle.pid, STACKS_SIGNAL)
-    deadline = time.monotonic() + DUMP_TIMEOUT_SECONDS
-    size, stable_since = before, time.monotonic()
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-        now = os.path.getsize(path)
-        if now != size:
-            size, stable_since = now, time.monotonic()
-        elif size > before and time.monotonic() - stable_since >= 0.15:
-            break
-    if size <= before:
-        result.note = f"no dump within {DUMP_TIMEOUT_SECONDS:.0f} s (process stopped or not answering signals?)"
-        return result
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        fh.seek(before)
-        text = fh.read()
-    result.threads = parse_dump(text, main_ident, cell_code)
+    if text:
+        result.threads = parse_dump(text, main_ident, cell_code)
     return result
-
-
-def _is_stopped(pid: int) -> bool:
-    try:
-        import psutil
-
-        return bool(psutil.Process(pid).status() == psutil.STATUS_STOPPED)
-    except Exception:
-        return False
 
 
 async def dump_stacks(workers: Sequence[StackWorker], cell_code: str | None = None) -> StacksReport:

@@ -9,7 +9,9 @@ there"), and mypy checks the implementations. Who has what today:
 | :class:`Isolates` (``isolated``) | ``launchers/local/launcher.py`` ``LocalLauncher`` |
 | :class:`AbortsStart` (``abort_start``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
 | :class:`ReportsJob` (``status``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
+| :class:`ReplacesNodes` (``replace_lost_nodes``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
 | :class:`HasLogTail` (``log_tail``) | local and remote kernel handles |
+| :class:`TakesStacks` (``take_stacks``) | remote kernel handles (``launchers/remote/kernel_handle.py``) |
 | :class:`HasConnectionFile` (``connection_file``) | local kernel handles (forked or fresh) |
 
 A worker's ``output_log`` is no capability: every engine ``Worker`` has one
@@ -50,11 +52,33 @@ class ReportsJob(Protocol):
 
 
 @runtime_checkable
+class ReplacesNodes(Protocol):
+    """A launcher whose workers may have to come back elsewhere after a loss (a failed node)."""
+
+    async def replace_lost_nodes(self) -> list[str]:
+        """Called before fresh workers start after a loss: move workers off places that are gone.
+        Returns one line per move since the TF addresses were last reserved (the caller then
+        reserves new ones); [] when every worker can come back in place. Raises
+        :class:`~mwnotebook.errors.CannotRestartError` when no place can be found."""
+        ...
+
+
+@runtime_checkable
 class HasLogTail(Protocol):
     """A kernel handle that keeps the kernel's own log (what it wrote before it could talk)."""
 
     def log_tail(self, lines: int = 20) -> str:
         """The last ``lines`` lines of that log ('' when there is none)."""
+        ...
+
+
+@runtime_checkable
+class TakesStacks(Protocol):
+    """A kernel handle whose kernel's stacks are taken on its own host (by its remote agent)."""
+
+    async def take_stacks(self, timeout: float) -> tuple[str, int | None, str]:
+        """``(faulthandler text, main thread id, note)``: text '' and a note saying why when there
+        is no dump (``processes/shipped/stack_dump.py`` ``take``)."""
         ...
 
 

@@ -85,6 +85,9 @@ class RunRestarted:
     #: fresh workers were ready.
     lost_at: float = 0.0
     restart_seconds: float = 0.0
+    #: Where workers came back when not in place, one line each: ``node mwnode1 lost; worker 1
+    #: restarted on node mwnode2`` (Slurm, ``launchers/slurm/launcher.py``).
+    moved: tuple[str, ...] = ()
 
     def summary(self) -> str:
         """The short line shown in the cell, e.g.

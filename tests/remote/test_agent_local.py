@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -180,3 +181,25 @@ def test_the_kernel_module_follows_what_the_kernels_interpreter_can_import(tmp_p
     # (cwd: the kernel's directory comes first on its path, as with ``python -m``; not this checkout)
     assert not has_worker_kernel({**os.environ, "PYTHONPATH": str(tmp_path)}, str(tmp_path))
     assert not has_worker_kernel({**os.environ, WORKER_KERNEL_ENV: "0"}, None)
+
+
+def test_stacks_are_read_back_on_the_kernels_host() -> None:
+    """``stacks``: the agent signals its kernel (mwnotebook's worker kernel, importable here) and
+    answers with the dump it wrote, main thread named; once the kernel is gone it says so."""
+    proc = agent({"role": "kernel", "key": "k-" + os.urandom(8).hex(), "require": ["ipykernel"], "timeout": 60})
+    try:
+        ready = event(proc)
+        assert ready["event"] == "ready", ready
+        proc.stdin.write("stacks\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        answer = event(proc)
+        assert answer["event"] == "stacks" and answer["note"] == "", answer
+        threads = [int(t, 16) for t in re.findall(r"^(?:Current thread|Thread) (0x[0-9a-f]+)", answer["text"], re.M)]
+        assert answer["main"] in threads, (answer["main"], threads)
+        assert 'File "' in answer["text"]
+        proc.stdin.write("kill\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert event(proc)["event"] == "exit"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

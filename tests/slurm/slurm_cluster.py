@@ -304,9 +304,10 @@ def _wait_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> N
         time.sleep(0.02)
 
 
-def create(nodes: int = 2, cpus: int = 2) -> SlurmCluster:
-    """Start a Slurm cluster of ``nodes`` nodes; on any failure everything made is removed."""
-    net = netns_hosts.create(nodes + 1, suffix="s")  # beside the SSH tests' hosts of the same session
+def create(nodes: int = 2, cpus: int = 2, suffix: str = "s") -> SlurmCluster:
+    """Start a Slurm cluster of ``nodes`` nodes; on any failure everything made is removed.
+    ``suffix`` tells apart the namespaces of two clusters in one test session."""
+    net = netns_hosts.create(nodes + 1, suffix=suffix)  # beside the SSH tests' hosts of the same session
     cluster = SlurmCluster(net=net, root=Path(tempfile.mkdtemp(prefix="mwnb-slurm-")),
                            node_names=[f"mwnode{i}" for i in range(nodes)])
     try:

@@ -8,7 +8,14 @@ from typing import Any
 
 from mwnotebook import AsyncCluster, ClusterSpec
 from mwnotebook.engine.stacks import _dump_one
-from mwnotebook.launchers.capabilities import AbortsStart, HasConnectionFile, HasLogTail, Isolates, ReportsJob
+from mwnotebook.launchers.capabilities import (
+    AbortsStart,
+    HasConnectionFile,
+    HasLogTail,
+    Isolates,
+    ReportsJob,
+    TakesStacks,
+)
 from mwnotebook.launchers.local.launcher import LocalKernelHandle, LocalLauncher
 from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
 from mwnotebook.launchers.slurm.launcher import SlurmLauncher
@@ -29,8 +36,9 @@ def test_real_launchers_declare_what_they_have() -> None:
 def test_real_handles_declare_what_they_have(tmp_path: Any) -> None:
     handle = LocalKernelHandle(0, None, {}, str(tmp_path / "k.json"), str(tmp_path / "k.log"))
     assert isinstance(handle, HasLogTail) and isinstance(handle, HasConnectionFile)
-    assert issubclass(RemoteKernelHandle, HasLogTail)
-    assert "connection_file" not in dir(RemoteKernelHandle)  # stacks are asked of local workers only
+    assert issubclass(RemoteKernelHandle, HasLogTail) and issubclass(RemoteKernelHandle, TakesStacks)
+    assert "connection_file" not in dir(RemoteKernelHandle)  # its stacks are taken on its host, by its agent
+    assert not isinstance(handle, TakesStacks)
 
 
 class _Handle:
@@ -96,10 +104,10 @@ def test_engine_does_without_a_capability() -> None:
     asyncio.run(cluster.kill())  # nothing to abort: no AttributeError
 
 
-def test_stacks_need_a_connection_file() -> None:
+def test_stacks_need_a_connection_file_or_an_agent() -> None:
     class Worker:
         index = 0
         handle = _Handle()
 
     stacks = asyncio.run(_dump_one(Worker(), None))
-    assert stacks.note == "only local workers can be asked for stacks"
+    assert stacks.note == "this kind of worker cannot be asked for its stacks"

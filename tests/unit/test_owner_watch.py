@@ -77,7 +77,7 @@ def test_die_with_parent_is_set_on_linux() -> None:
 def test_a_bundle_runs_without_mwnotebook_and_brings_the_helper() -> None:
     """What a remote host gets: the agent's and the template's sources with the helper, runnable
     where the package cannot be imported."""
-    for filename in ("remote_agent.py", "remote_template.py"):
+    for filename, uses in (("remote_agent.py", "ns['remote_kernel'].owner_watch"), ("remote_template.py", "ns['owner_watch']")):
         source = shipped.bundle(filename)
         source.encode("ascii")  # the remote interpreter may read stdin as ASCII
         out = subprocess.run(
@@ -86,7 +86,7 @@ def test_a_bundle_runs_without_mwnotebook_and_brings_the_helper() -> None:
              "        if name.split('.')[0] == 'mwnotebook': raise ImportError('blocked')\n"
              "sys.meta_path.insert(0, Blocker())\n"
              "ns = {'__name__': 'shipped_test'}\nexec(sys.stdin.read(), ns)\n"
-             "print(ns['owner_watch'] is sys.modules['owner_watch'], ns['owner_watch'].watch_process.__name__)"],
+             f"print({uses} is sys.modules['owner_watch'], {uses}.watch_process.__name__)"],
             input=source, capture_output=True, text=True, timeout=HANG_BOUND, cwd="/", check=False)
         assert out.returncode == 0 and out.stdout.split() == ["True", "watch_process"], (filename, out.stderr)
 
@@ -94,4 +94,4 @@ def test_a_bundle_runs_without_mwnotebook_and_brings_the_helper() -> None:
 def test_shipped_files_get_the_package_copy_when_imported() -> None:
     from mwnotebook.processes.shipped import remote_agent, remote_template
 
-    assert remote_agent.owner_watch is owner_watch and remote_template.owner_watch is owner_watch
+    assert remote_agent.remote_kernel.owner_watch is owner_watch and remote_template.owner_watch is owner_watch

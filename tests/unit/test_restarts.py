@@ -22,7 +22,7 @@ from mwnotebook.engine import restarts as restarts_module
 from mwnotebook.engine.cell_run import CellRun, CellVerdict
 from mwnotebook.engine.restarts import check_max_restarts, lost_worker, run_with_restarts
 from mwnotebook.engine.result import RunResult
-from mwnotebook.errors import ClusterStartError, ConfigError, RestartFailedError, WorkerDiedError
+from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError, RestartFailedError, WorkerDiedError
 from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import RunRestarted
 from mwnotebook.shared.metrics import MetricsStore
@@ -156,6 +156,33 @@ def test_a_host_back_within_the_limit_is_one_restart(monkeypatch: pytest.MonkeyP
     group = Group([[ok(0), killed(1)], [ok(0), ok(1)]], failing_starts=2)
     outcome, _ = drive(group, 1, host_wait=30)
     assert outcome.verdict.ok and group.starts == 3 and len(outcome.restarts) == 1
+
+
+def test_a_start_that_cannot_help_ends_the_cell_at_once() -> None:
+    class Given(Group):
+        async def restart(self) -> None:
+            self.starts += 1
+            raise CannotRestartError("node b lost; no spare node in allocation 7; the job was given")
+
+    group = Given([[ok(0), killed(1)], [ok(0), ok(1)]])
+    outcome, _ = drive(group, 5, host_wait=30)  # no retries for 30 s: one start, then the reason
+    assert group.starts == 1 and isinstance(outcome.start_error, RestartFailedError)
+    assert "cannot be started again: node b lost; no spare node in allocation 7" in str(outcome.start_error)
+
+
+def test_where_workers_came_back_is_said_under_the_restart_line() -> None:
+    import io
+
+    class Moving(Group):
+        async def restart(self) -> list[str]:  # type: ignore[override]
+            await super().restart()
+            return ["node b lost; worker 1 restarted on node c"]
+
+    outcome, events = drive(Moving([[ok(0), killed(1)], [ok(0), ok(1)]]), 2)
+    assert outcome.verdict.ok and outcome.restarts[0].moved == ("node b lost; worker 1 restarted on node c",)
+    out = io.StringIO()
+    TextRelay(out, io.StringIO(), live=False, num_workers=2)(outcome.restarts[0])
+    assert out.getvalue().splitlines()[1] == "[mwnotebook] node b lost; worker 1 restarted on node c"
 
 
 def test_no_restart_after_the_user_interrupted() -> None:

@@ -27,9 +27,13 @@ def test_salloc_command_line() -> None:
     args = cmd.split_salloc_args('-p gpu -t 01:00:00 --comment "two words"')
     assert args == ["-p", "gpu", "-t", "01:00:00", "--comment", "two words"]
     assert cmd.salloc_argv(args, 4, workers_per_host=2, gpus_per_worker=1) == [
-        "salloc", "--no-shell", "--job-name=mwnotebook", "--ntasks=4", "--ntasks-per-node=2",
+        "salloc", "--no-shell", "--no-kill", "--job-name=mwnotebook", "--ntasks=4", "--ntasks-per-node=2",
         "--gpus-per-task=1", "-p", "gpu", "-t", "01:00:00", "--comment", "two words"]
-    assert cmd.salloc_argv([], 2) == ["salloc", "--no-shell", "--job-name=mwnotebook", "--ntasks=2"]
+    assert cmd.salloc_argv([], 2) == ["salloc", "--no-shell", "--no-kill", "--job-name=mwnotebook", "--ntasks=2"]
+    # more nodes than workers (a spare node): one task per node, else salloc shrinks -N to -n
+    assert "--ntasks=3" in cmd.salloc_argv(["-N", "3"], 2)
+    assert "--ntasks=4" in cmd.salloc_argv(["--nodes=2-4"], 2)
+    assert "--ntasks=5" in cmd.salloc_argv(["-N2"], 5)
 
 
 @pytest.mark.parametrize("text, option", [

@@ -65,8 +65,9 @@ def show_startup_default() -> bool:
 
 
 def restart_line(event: RunRestarted) -> str:
-    """The line a restart (``--max-restarts``) leaves between two attempts' output."""
-    return f"[mwnotebook] {event.summary()}\n"
+    """The line a restart (``--max-restarts``) leaves between two attempts' output (and one more
+    for each place workers moved to, when they did not come back in place)."""
+    return "".join(f"[mwnotebook] {line}\n" for line in (event.summary(), *event.moved))
 
 
 def late_label(worker: int, origin: str) -> str:

@@ -18,7 +18,7 @@ class AgentEvent(TypedDict, total=False):
     ``processes/shipped/remote_agent.py`` and ``remote_template.py``); which keys come depends on
     ``event``."""
 
-    event: Literal["ports", "ready", "exit", "error"]
+    event: Literal["ports", "ready", "exit", "error", "stacks"]
     python: str  # every event but exit: the interpreter that runs the agent
     version: str  # ports, error "missing": its Python version
     #: ports: the reserved TCP ports (a list); ready from a kernel: channel name -> port
@@ -27,7 +27,7 @@ class AgentEvent(TypedDict, total=False):
     pid: int  # ready: the kernel's or the template's process id
     dir: str  # ready (kernel): its private directory
     forked: bool  # ready (kernel): forked from the host's template
-    note: str  # ready (kernel): why the template could not fork it
+    note: str  # ready (kernel): why the template could not fork it; stacks: why there is no dump
     socket: str  # ready (template): its unix socket's path
     problem: str  # ready (template): what failed to import ('' when all did)
     tensorflow_imported: bool  # ready (template): remote_template.loaded_state()
@@ -41,6 +41,8 @@ class AgentEvent(TypedDict, total=False):
     kind: Literal["missing", "kernel", "protocol"]  # error
     modules: list[str]  # error "missing": modules the interpreter lacks
     detail: str  # error
+    text: str  # stacks: faulthandler's dump ('' when none: see note)
+    main: int | None  # stacks: the kernel's main thread id
 
 
 async def next_agent_event(readline: Callable[[], Awaitable[str | bytes]], host: str) -> AgentEvent | None:

@@ -13,10 +13,14 @@ from typing import Any, Protocol
 import asyncssh
 
 from mwnotebook.launchers.remote.agent_channel import AgentRun
+from mwnotebook.launchers.remote.agent_events import AgentEvent
 
 __all__ = ["Place", "RemoteKernelHandle"]
 
 log = logging.getLogger(__name__)
+
+#: On top of the dump's own wait: the ``stacks`` line's way to the host and the answer's way back.
+STACKS_TRANSIT_SECONDS = 5.0
 
 
 class Place(Protocol):
@@ -42,6 +46,9 @@ class RemoteKernelHandle:
         #: The kernel's private directory on its host (connection file, log); gone after kill().
         self.remote_dir = ""
         self._ended = asyncio.Event()
+        #: The ``stacks`` request waiting for its answer (one at a time: ``_asking``).
+        self._stacks: asyncio.Future[AgentEvent] | None = None
+        self._asking = asyncio.Lock()
         self._watch = asyncio.ensure_future(self._watch_agent())
 
     @property
@@ -56,6 +63,10 @@ class RemoteKernelHandle:
     async def _watch_agent(self) -> None:
         try:
             while (event := await self._agent.next_event()) is not None:
+                if event.get("event") == "stacks":
+                    if self._stacks is not None and not self._stacks.done():
+                        self._stacks.set_result(event)
+                    continue
                 if event.get("event") == "exit":
                     self._exit = str(event.get("description", "exited"))
                     self._log_tail = str(event.get("log", ""))
@@ -90,6 +101,30 @@ class RemoteKernelHandle:
     async def wait(self) -> None:
         """Until the kernel has ended (for tests and watchers)."""
         await self._ended.wait()
+
+    async def take_stacks(self, timeout: float) -> tuple[str, int | None, str]:
+        """The kernel's Python stacks, taken on its host by its agent (the ``stacks`` command of
+        ``processes/shipped/remote_agent.py``): ``(text, main thread id, note)``."""
+        async with self._asking:
+            if self._ended.is_set():
+                return "", None, f"the worker process has ended ({self._exit})"
+            answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._stacks = answer
+            self._agent.send("stacks")
+            ended: asyncio.Future[Any] = asyncio.ensure_future(self._ended.wait())
+            try:  # the agent waits up to ``timeout`` for the dump; then the way back
+                await asyncio.wait({answer, ended}, timeout=timeout + STACKS_TRANSIT_SECONDS,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ended.cancel()
+                self._stacks = None
+            if not answer.done():
+                answer.cancel()
+                why = "it ended" if self._ended.is_set() else "no answer from its agent"
+                return "", None, f"no stacks from the worker's host ({why})"
+            event = answer.result()
+            main = event.get("main")
+            return str(event.get("text", "")), int(main) if main is not None else None, str(event.get("note", ""))
 
     async def interrupt(self) -> None:
         if not self._ended.is_set():

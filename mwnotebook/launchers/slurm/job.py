@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mwnotebook.config import slurm_options as cmd
+from mwnotebook.config.slurm_nodes import parse_node_states, usable
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.slurm.shell import SlurmProcess, SlurmShell
 from mwnotebook.processes.shipped.slurm_tf_config import node_addresses
@@ -161,6 +162,19 @@ class SlurmAllocation:
         self.nodes = cmd.parse_hostnames(await self.shell.run(cmd.hostnames_argv(state.nodelist)))
         self.addresses = node_addresses(await self.shell.run(cmd.node_info_argv(self.nodes)))
         log.info("Slurm job %s: nodes %s", self.job_id, self.nodes)
+
+    async def usable_nodes(self) -> list[str] | None:
+        """The job's nodes that can still run steps, in order (a node that failed in a ``--no-kill``
+        job has left its node list; one DOWN or DRAINING is left out too); None when the job ended."""
+        state = None
+        with contextlib.suppress(ClusterStartError):
+            state = cmd.parse_squeue(await self.shell.run(cmd.squeue_argv(self.job_id), 10))
+        self.state = state.state if state else "ENDED"
+        if state is None or not state.active or not state.nodelist:
+            return None
+        nodes = cmd.parse_hostnames(await self.shell.run(cmd.hostnames_argv(state.nodelist)))
+        states = parse_node_states(await self.shell.run(cmd.node_info_argv(nodes)))
+        return [node for node in nodes if usable(states.get(node, ""))]
 
     async def ended(self) -> bool:
         """True when the job can no longer run steps (cancelled, timed out, failed, forgotten)."""

@@ -14,6 +14,10 @@ TensorFlow ports; one ``kernel`` agent per worker runs its kernel, which binds t
 address (``NodeAddr``), with signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports
 chosen on each node.
 
+When workers were lost (``--max-restarts``), :meth:`SlurmLauncher.replace_lost_nodes` moves the
+workers of a node that failed to a spare node of the job (``config/slurm_nodes.py``), else asks for
+a new allocation when the job is ours; spare nodes get their worker template with the cluster.
+
 Where the Slurm commands run and how kernels are reached (``slurm_shell.py``): by default here, the
 notebook host being on the cluster network, reaching each kernel at its node's address; with
 ``--slurm-login HOST`` on that login node over SSH (srun's stdin/stdout being the SSH session's),
@@ -31,16 +35,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config import slurm_options as cmd
+from mwnotebook.config.slurm_nodes import replace_lost
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
-from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE, agent_error
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
-from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
 from mwnotebook.launchers.slurm.agent import SrunAgent
 from mwnotebook.launchers.slurm.job import SlurmAllocation
+from mwnotebook.launchers.slurm.kernel_handle import NodePlace, SlurmKernelHandle
 from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmShell
 
 if TYPE_CHECKING:
@@ -50,27 +55,11 @@ __all__ = ["SlurmLauncher", "SrunAgent"]
 
 log = logging.getLogger(__name__)
 
+#: ``0``: no worker template on the allocation's spare nodes until a worker moves there (to measure).
+SPARE_TEMPLATE_ENV = "MWNOTEBOOK_SLURM_SPARE_TEMPLATE"
+
 _CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
-
-class SlurmKernelHandle(RemoteKernelHandle):
-    """A kernel in a job step, reached at its node's address (or through the login node)."""
-
-    shell: SlurmShell | None = None
-
-    def _lost_description(self) -> str:
-        lost = self.shell.lost() if self.shell is not None else ""
-        if lost:
-            return f"lost the SSH connection to the login node: {lost}"
-        return f"its Slurm job step on {self.host} ended (job cancelled or node lost?)"
-
-
-class _Node:
-    """What a handle needs of its place (``target`` is the name shown for the worker)."""
-
-    def __init__(self, name: str) -> None:
-        self.target = name
-        self.host = name
 
 class SlurmLauncher:
     """Starts worker kernels as job steps of one Slurm allocation (see the module docstring)."""
@@ -105,6 +94,8 @@ class SlurmLauncher:
         self.use_template = template and gpus_per_worker is None and not templates_disabled()
         self._startup_env = dict(startup_env) if startup_env is not None else None
         self._templates = RemoteTemplates(self.python, self.require, self.cwd)
+        #: Lines saying where workers moved since the TF addresses were last reserved.
+        self._moved: list[str] = []
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> SlurmLauncher:
@@ -171,8 +162,56 @@ class SlurmLauncher:
                 addresses[index] = format_address(address, int(port))
 
         await gather_port_holders((reserve(n, ix) for n, ix in by_node.items()), self._release_ports)
+        if self._startup_env is not None and os.environ.get(SPARE_TEMPLATE_ENV) != "0":
+            # A spare node's template imports TensorFlow now, so that a worker moved there after its
+            # node failed starts as fast as one restarted in place (benchmarks/slurm_node_loss.py).
+            for spare in (n for n in allocation.nodes if n not in by_node):
+                self._template(spare, self._startup_env)
         log.info("TensorFlow addresses: %s", addresses)
+        self._moved = []
         return addresses
+
+    async def replace_lost_nodes(self) -> list[str]:
+        """Before fresh workers start after a loss (``--max-restarts``): the workers of a node that
+        left the job (failed, in a ``--no-kill`` job) or cannot run steps (DOWN, DRAIN) move to a
+        spare node of the job (``config/slurm_nodes.py``). No spare, or the job ended: a new
+        allocation if it is ours; if the user gave the job (``--slurm-job``, ``SLURM_JOB_ID``) we
+        never make one, and end with :class:`CannotRestartError`. Returns the moves' lines."""
+        async with self._allocating:
+            allocation = self.allocation
+            if allocation is None:
+                return self._moved
+            healthy = await allocation.usable_nodes()
+            if healthy is None:
+                state = f" ({allocation.state})" if allocation.state != "ENDED" else ""  # ENDED: gone from squeue
+                what = f"Slurm job {allocation.job_id} has ended{state}"
+                return await self._reallocate(allocation, what, "make a new allocation and pass its id")
+            plan = replace_lost(self.placement, healthy)
+            if plan.placement is not None:
+                if plan.moves:
+                    self.placement = plan.placement
+                    self._moved += [move.line() for move in plan.moves]
+                    log.warning("Slurm job %s: %s", allocation.job_id, "; ".join(m.line() for m in plan.moves))
+                return self._moved
+            lost = ", ".join(plan.unplaced)
+            return await self._reallocate(
+                allocation, f"node {lost} lost; no spare node in allocation {allocation.job_id}",
+                "ask for more nodes than workers (e.g. salloc -N 3 --no-kill for 2 workers) to have a spare "
+                "node, or pass a new job's id")
+
+    async def _reallocate(self, old: SlurmAllocation, what: str, hint: str) -> list[str]:
+        """Replace the job ``old`` by a new allocation (the lock held); the job given by the user: never."""
+        if self._job_id:
+            raise CannotRestartError(f"{what}; the job was given (--slurm-job {old.job_id} or "
+                                     f"SLURM_JOB_ID), so mwnotebook makes no new allocation: {hint} "
+                                     "with --slurm-job")
+        log.warning("%s: requesting a new allocation", what)
+        self.allocation = None
+        await self._release_ports()
+        await old.release()
+        new = await self._allocate_locked(refresh=False)
+        self._moved.append(f"{what}; new allocation {new.job_id}")
+        return self._moved
 
     async def _first_event(self, agent: SrunAgent, node: str, timeout: float) -> AgentEvent:
         try:
@@ -231,7 +270,7 @@ class SlurmLauncher:
                 listener.close()
             await agent.close()
             raise
-        handle = SlurmKernelHandle(index, _Node(node), agent, int(event["pid"]), listeners, info)
+        handle = SlurmKernelHandle(index, NodePlace(node), agent, int(event["pid"]), listeners, info)
         handle.shell = self.shell
         handle.remote_dir = str(event.get("dir", ""))
         self._handles = [h for h in self._handles if not h.ended] + [handle]

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import signal
 import threading
 from typing import IO
 
-STACKS_SIGNAL = signal.SIGUSR2
-#: The dump file of a worker is its connection file's path plus this suffix.
-SUFFIX = ".stacks"
-MAIN_THREAD_TAG = "mwnotebook-main-thread"
+# one definition for the worker and the readers (the notebook, the remote agent)
+from mwnotebook.processes.shipped.stack_dump import MAIN_THREAD_TAG, STACKS_SIGNAL, SUFFIX
+
+__all__ = ["MAIN_THREAD_TAG", "STACKS_SIGNAL", "SUFFIX", "install", "stacks_path"]
 
 _file: IO[str] | None = None
 
