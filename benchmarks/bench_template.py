@@ -32,7 +32,7 @@ from jupyter_client.manager import start_new_kernel
 
 from mwnotebook import Cluster
 from mwnotebook.engine.loop import background_loop
-from mwnotebook.launchers.local.launcher import prestart_template
+from mwnotebook.launchers.local.prestart import prestart_template
 
 FAIL_CODE = (ROOT / "tests" / "data" / "fail_on_worker1.py").read_text()
 FIRST_INSTRUCTION = "import time\nprint('FIRST', time.time(), flush=True)\n"

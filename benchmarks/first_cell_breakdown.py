@@ -16,7 +16,7 @@ from _common import SEED_CODE, SEED_LINE, write_result
 
 from mwnotebook import Cluster
 from mwnotebook.engine.loop import background_loop
-from mwnotebook.launchers.local.launcher import prestart_template
+from mwnotebook.launchers.local.prestart import prestart_template
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from _common import SEED_CODE, write_result
 
 from mwnotebook import Cluster
 from mwnotebook.engine.loop import background_loop
-from mwnotebook.launchers.local.launcher import prestart_template
+from mwnotebook.launchers.local.prestart import prestart_template
 
 MIB = 2 ** 20
 

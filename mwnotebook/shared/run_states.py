@@ -6,7 +6,7 @@ both follow.
 The rule: once a worker has run, the cluster's between-cells states (``starting``, ``idle``,
 ``stopped``: a restart after a failure, a stop) no longer replace its state, so that the table and
 the report keep how the run ended, not the fresh kernels; a new ``running`` (the next cell) does.
-The cluster itself keeps the processes' present state (``engine/async_cluster.py``).
+The cluster itself keeps the processes' present state (``engine/cluster_state.py``).
 """
 
 from __future__ import annotations

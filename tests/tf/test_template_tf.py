@@ -19,7 +19,7 @@ import pytest
 
 from mwnotebook import Cluster, WorkerDiedError
 from mwnotebook.engine.loop import background_loop
-from mwnotebook.launchers.local.launcher import ForkedKernelHandle, LocalKernelHandle
+from mwnotebook.launchers.local.handles import ForkedKernelHandle, LocalKernelHandle
 from mwnotebook.launchers.local.template_pool import pool
 
 from ..conftest import alive_workers, is_worker, wait_for_no_workers

@@ -16,7 +16,8 @@ from mwnotebook.launchers.capabilities import (
     ReportsJob,
     TakesStacks,
 )
-from mwnotebook.launchers.local.launcher import LocalKernelHandle, LocalLauncher
+from mwnotebook.launchers.local.handles import LocalKernelHandle
+from mwnotebook.launchers.local.launcher import LocalLauncher
 from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
 from mwnotebook.launchers.slurm.launcher import SlurmLauncher
 

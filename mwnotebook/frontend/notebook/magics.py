@@ -320,7 +320,7 @@ def register(ipython: Any) -> None:
     if keras_note:
         print(keras_note, file=sys.stderr if "imported" in keras_note else sys.stdout)
     preload_in_background()  # the chart's libraries, so that the first metric does not stall a cell
-    from mwnotebook.launchers.local.launcher import prestart_in_background  # TF loads while the user types
+    from mwnotebook.launchers.local.prestart import prestart_in_background  # TF loads while the user types
 
     prestart_in_background()
 

@@ -4,6 +4,9 @@ Each launcher owns a private runtime directory (mode 0700). Every kernel gets it
 file (0600, written by jupyter_client) and its own IPC socket path inside it: default IPC paths
 collide between kernels (measured: "Invalid Signature"), and TCP would expose the kernel's channels
 to the network. The signing key lives only in the connection file, never on a command line.
+
+The started kernels' handles are in launchers/local/handles.py; starting a worker template ahead of
+the first cluster is in launchers/local/prestart.py.
 """
 
 from __future__ import annotations
@@ -11,17 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
 from jupyter_client.connect import write_connection_file
 from jupyter_client.launcher import launch_kernel
@@ -29,6 +27,7 @@ from jupyter_client.session import new_id_bytes
 
 from mwnotebook.config.tf_config import PortReservation, format_address
 from mwnotebook.errors import ClusterStartError
+from mwnotebook.launchers.local.handles import ForkedKernelHandle, LocalKernelHandle
 from mwnotebook.launchers.local.netns import NamespaceUnavailable, NetworkNamespace
 from mwnotebook.launchers.local.template_pool import (
     RUNTIME_PREFIX,
@@ -68,149 +67,6 @@ def remove_stale_runtime_dirs(parent: str | None = None) -> list[str]:
         except OSError:
             continue
     return removed
-
-
-def describe_returncode(code: int | None) -> str:
-    """``killed by SIGKILL`` / ``exit code 1`` / '' (still running)."""
-    if code is None:
-        return ""
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-class LocalKernelHandle:
-    """One local worker kernel process (see :class:`mwnotebook.launchers.base.KernelHandle`)."""
-
-    host = "localhost"
-
-    def __init__(self, index: int, process: subprocess.Popen[bytes] | None, connection_info: dict[str, Any],
-                 connection_file: str, log_path: str) -> None:
-        self.index = index
-        self._process = process
-        self._connection_info = connection_info
-        self.connection_file = connection_file
-        self.log_path = log_path
-
-    @property
-    def connection_info(self) -> dict[str, Any]:
-        return self._connection_info
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    async def is_alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def exit_description(self) -> str:
-        return describe_returncode(self._process.poll()) if self._process is not None else ""
-
-    def log_tail(self, lines: int = 20) -> str:
-        """The end of the kernel's own stdout/stderr (start-up errors land there, not on IOPub)."""
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
-                return "".join(fh.readlines()[-lines:])
-        except OSError:
-            return ""
-
-    async def interrupt(self) -> None:
-        if await self.is_alive() and self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-
-    async def kill(self) -> None:
-        assert self._process is not None
-        if self._process.poll() is None:
-            try:
-                # The kernel leads its own session (start_new_session): take its children too.
-                os.killpg(self._process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self._process.kill()
-        await asyncio.to_thread(self._process.wait)
-        self._remove_files()
-
-    def _remove_files(self) -> None:
-        prefix = self._connection_info.get("ip", "")
-        for key in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
-            path = f"{prefix}-{self._connection_info.get(key)}"
-            if prefix and os.path.exists(path):
-                os.remove(path)
-        if os.path.exists(self.connection_file):
-            os.remove(self.connection_file)
-
-
-class ForkedKernelHandle(LocalKernelHandle):
-    """A worker kernel forked from a :class:`~mwnotebook.launchers.local.template_pool.WorkerTemplate`.
-
-    The notebook is not its parent, so it is watched through a pidfd (exact, no pid reuse) and its
-    exit status comes from the template, which reaps it.
-    """
-
-    def __init__(self, index: int, pid: int, template: WorkerTemplate, connection_info: dict[str, Any],
-                 connection_file: str, log_path: str) -> None:
-        super().__init__(index, None, connection_info, connection_file, log_path)
-        self._pid = pid
-        self._template = template
-        try:
-            self._pidfd: int | None = os.pidfd_open(pid)
-        except ProcessLookupError:
-            self._pidfd = -1  # already gone
-        except (AttributeError, OSError):
-            self._pidfd = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._pid
-
-    def _alive_now(self) -> bool:
-        if self._pidfd == -1:
-            return False
-        if self._pidfd is not None:
-            return not select.select([self._pidfd], [], [], 0)[0]
-        if self._template.exit_status(self._pid) is not None:
-            return False
-        try:
-            os.kill(self._pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
-
-    async def is_alive(self) -> bool:
-        return self._alive_now()
-
-    def exit_description(self) -> str:
-        if self._alive_now():
-            return ""
-        code = self._template.exit_status(self._pid)
-        if code is None:  # the template has not reaped it yet, or is gone itself
-            time.sleep(0.05)
-            code = self._template.exit_status(self._pid)
-        return describe_returncode(code) if code is not None else "ended"
-
-    async def kill(self) -> None:
-        if self._alive_now():
-            try:
-                os.killpg(self._pid, signal.SIGKILL)  # it leads its own session (setsid after fork)
-            except (ProcessLookupError, PermissionError):
-                try:
-                    os.kill(self._pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + 10
-            while self._alive_now() and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-        if self._pidfd is not None and self._pidfd >= 0:
-            os.close(self._pidfd)
-            self._pidfd = -1
-        self._remove_files()
 
 
 class LocalLauncher:
@@ -360,7 +216,7 @@ class LocalLauncher:
     async def _fall_back(self, index: int, exc: Exception) -> None:
         """The template could not fork: go on with fresh interpreters, unless that would split the
         cluster between two network namespaces (its workers forked earlier are still running)."""
-        if self._private_template is not None and any(h._alive_now() for h in self._forked):  # noqa: SLF001 - same module
+        if self._private_template is not None and any(h.alive_now() for h in self._forked):
             raise ClusterStartError(
                 f"worker {index}: {exc}. Other workers of this cluster are running in its network "
                 "namespace; run the cell again to start all of them afresh", worker=index) from None
@@ -412,38 +268,3 @@ def worker_process_env(env: Mapping[str, str]) -> dict[str, str]:
     full_env["MWNOTEBOOK_PARENT_PID"] = str(os.getpid())
     full_env["PYTHONUNBUFFERED"] = "1"
     return full_env
-
-
-async def prestart_template(python: str | None = None, env: Mapping[str, str] | None = None,
-                            network: str = "auto") -> WorkerTemplate | None:
-    """Start (and wait for) the template a cluster with these options would use.
-
-    ``env`` is the cluster's shared worker environment (default: that of ``ClusterSpec()``).
-    Returns None when templates are off or none can be started here (clusters will say why).
-    """
-    if templates_disabled():
-        return None
-    if env is None:
-        from mwnotebook.config.spec import ClusterSpec
-        from mwnotebook.config.worker_env import startup_env
-
-        env = startup_env(ClusterSpec())
-    interpreter = (shutil.which(python) or python) if python else sys.executable
-    try:
-        template = pool.get(interpreter, worker_process_env(env), network in ("auto", "private"))
-        await template.wait_ready()
-        return template
-    except TemplateUnavailable as exc:
-        log.debug("no worker template in advance: %s", exc)
-        return None
-
-
-def prestart_in_background() -> None:
-    """``%load_ext mwnotebook``: begin importing TensorFlow in a template while the user types.
-
-    A short-lived thread is enough: the template does not die with the thread that started it
-    (it watches the notebook process, not its parent thread).
-    """
-    if not templates_disabled():
-        threading.Thread(target=asyncio.run, args=(prestart_template(),), name="mwnotebook-prestart",
-                         daemon=True).start()
