@@ -271,8 +271,11 @@ def share_loaded_objects() -> None:
     they stay shared between the template and its children and are never scanned; what a worker
     creates itself is collected as usual. (They are module-level objects that live as long as the
     process anyway.)
+
+    No collection first: after ``import tensorflow, tf_keras, ipykernel`` one full collection scans
+    ~354,000 objects in 0.37-0.45 s and finds 3 to free, and it ran while a first cell waited for
+    the template to be ready.
     """
-    gc.collect()
     gc.freeze()
 
 
