@@ -101,7 +101,11 @@ def _saved_outputs(path: Path, wanted: int, timeout_s: float = 20.0) -> list[dic
     """The rich cell's outputs in the saved file once it holds ``wanted`` label displays."""
     deadline = time.monotonic() + timeout_s
     while True:
-        nb = nbformat.read(path, as_version=4)
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except nbformat.reader.NotJSONError:  # an autosave between its truncate and its write
+            time.sleep(0.2)
+            continue
         outputs = nb.cells[1].outputs
         labels = [o for o in outputs if "text/markdown" in o.get("data", {}) and
                   str(o["data"].get("text/html", "")).find("mw-rich-label") >= 0]

@@ -5,6 +5,7 @@ Works in JupyterLab 4 and Notebook 7 (both draw cells with the same ``.jp-*`` co
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import statistics
@@ -49,20 +50,30 @@ def save(page, path, timeout_s: float = 30.0) -> None:
 
     Reading the file is not enough: JupyterLab also saves on its own every two minutes, and such an
     autosave taken while the cell ran can already hold a cell's last line but not its end state. A
-    key press the page did not take (focus elsewhere, under load) is pressed again.
+    key press the page did not take (focus elsewhere, under load) is pressed again. Returns once the
+    file is whole again.
     """
     target = Path(path)
     pressed = time.time()
     page.keyboard.press("Control+s")
     deadline = time.monotonic() + timeout_s
     again = time.monotonic() + 5
-    while target.stat().st_mtime < pressed:
+    while target.stat().st_mtime < pressed or not _complete_json(target):
         if time.monotonic() > deadline:
             raise AssertionError(f"{target} was not saved within {timeout_s} s of Ctrl+S")
         if time.monotonic() > again:
             page.keyboard.press("Control+s")
             again = time.monotonic() + 5
         time.sleep(0.2)
+
+
+def _complete_json(path: Path) -> bool:
+    """The server writes a notebook in place (truncate, then write): a read in between finds ''."""
+    try:
+        json.loads(path.read_text())
+    except ValueError:
+        return False
+    return True
 
 
 def click_cell(page, index: int, selector: str) -> bool:
