@@ -8,7 +8,9 @@
   the script. Not TensorFlow's ``SlurmClusterResolver`` (fails on CPU-only nodes, port 8888).
 - ``job.sbatch``: ``#SBATCH`` lines (one task per worker, ``--slurm`` arguments carried over) and one
   ``srun`` that starts every worker; ``--kill-on-bad-exit`` ends the job when one worker fails,
-  instead of leaving the others blocked in a collective.
+  instead of leaving the others blocked in a collective. With ``--ps``/``--chief``/``--evaluator``
+  every TensorFlow task is one Slurm task of that step (export/slurm_roles.py), a ``--ps`` job's
+  servers run ``serve.py`` (also written) and stop when the chief ends.
 
 ``tfjob`` writes ``train.py`` and ``tfjob.yaml``: a ConfigMap holding the script and a Kubeflow
 ``TFJob`` (kubeflow.org/v1) with one ``Worker`` replica spec; the training operator sets each
@@ -35,6 +37,7 @@ from mwnotebook.config.worker_env import worker_envs
 from mwnotebook.errors import ConfigError
 from mwnotebook.export.roles import SERVE_NAME, SERVE_SOURCE, tfjob_replica_specs, uses_roles
 from mwnotebook.export.scripts import MARKER, SCRIPT_NAME, script_source
+from mwnotebook.export.slurm_roles import describe, roles_step, shared_env, slurm_tasks
 from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.slurm_tf_config import DEFAULT_PORT
 
@@ -82,8 +85,11 @@ def sbatch_lines(salloc_args: Sequence[str]) -> list[str]:
 
 
 def _worker_env(spec: Any) -> dict[str, str]:
-    """What every Slurm task gets: the one worker-environment rule (config/worker_env.py), less what
+    """What every Slurm task gets; with roles, what every task has alike (export/slurm_roles.py).
+    Otherwise: what every Slurm task gets: the one worker-environment rule (config/worker_env.py), less what
     differs per task and is built at run time from Slurm's variables (TF_CONFIG, the worker index)."""
+    if uses_roles(spec):
+        return shared_env(spec, gpu_count=spec.workers * (spec.gpus_per_worker or 0))
     placeholders = [f"node:{port}" for port in range(len(layout_of(spec).training_tasks()))]
     # GPUs are bound per task by srun --gpus-per-task, not split on this machine: never ask its driver.
     env = worker_envs(spec, placeholders, environ={}, gpu_count=spec.workers * (spec.gpus_per_worker or 0))[0]
@@ -95,9 +101,10 @@ def _worker_env(spec: Any) -> dict[str, str]:
 
 
 def batch_script_source(spec: Any, env: Mapping[str, str], python: str, port: int = DEFAULT_PORT) -> str:
-    header = ["#!/bin/bash", f"# {MARKER}: a %%mwtrain cell as a Slurm batch job "
-              f"({spec.workers} TensorFlow workers, one Slurm task each).",
-              "#SBATCH --job-name=mwnotebook-train", f"#SBATCH --ntasks={spec.workers}",
+    roles = uses_roles(spec)
+    what = describe(spec) if roles else f"{spec.workers} TensorFlow workers"
+    header = ["#!/bin/bash", f"# {MARKER}: a %%mwtrain cell as a Slurm batch job ({what}, one Slurm task each).",
+              "#SBATCH --job-name=mwnotebook-train", f"#SBATCH --ntasks={len(slurm_tasks(spec))}",
               "#SBATCH --output=slurm-%j.out"]
     if spec.workers_per_host:
         header.append(f"#SBATCH --ntasks-per-node={spec.workers_per_host}")
@@ -107,8 +114,10 @@ def batch_script_source(spec: Any, env: Mapping[str, str], python: str, port: in
     body = ["", "# Submit from this directory: sbatch job.sbatch (output in slurm-<jobid>.out).",
             'cd "${SLURM_SUBMIT_DIR:-$(dirname "$0")}" || exit 1']
     body += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
-    body += [f"export MWNOTEBOOK_TF_PORT=${{MWNOTEBOOK_TF_PORT:-{port}}}  # worker i on a node: this + i",
-             "# One task per worker; each builds its TF_CONFIG from Slurm's variables, then runs train.py.",
+    body.append(f"export MWNOTEBOOK_TF_PORT=${{MWNOTEBOOK_TF_PORT:-{port}}}  # task i on a node: this + i")
+    if roles:
+        return "\n".join(header + body + roles_step(spec, python, TF_CONFIG_LAUNCHER, SCRIPT_NAME, SERVE_NAME))
+    body += ["# One task per worker; each builds its TF_CONFIG from Slurm's variables, then runs train.py.",
              "# --kill-on-bad-exit: one failed worker ends the job instead of leaving the others blocked.",
              f"srun --kill-on-bad-exit=1 {shlex.quote(python)} {TF_CONFIG_LAUNCHER} "
              f"{shlex.quote(python)} {SCRIPT_NAME}", ""]
@@ -208,10 +217,6 @@ def export_format(code: str, out_dir: str | Path, spec: Any, fmt: str, *, python
     """Write ``code`` as a ``fmt`` job (``slurm`` or ``tfjob``) for ``spec`` into ``out_dir``."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of launchers, {', '.join(FORMATS)}; got {fmt!r}")
-    if fmt == "slurm" and uses_roles(spec):
-        raise ConfigError("--format slurm does not write --ps/--chief/--evaluator jobs yet (one srun runs "
-                          "one command on every task); use --format launchers (chief.sh, worker-<i>.sh, "
-                          "ps-<j>.sh, evaluator.sh) or --format tfjob")
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory} exists and is not a directory")
@@ -232,6 +237,10 @@ def export_format(code: str, out_dir: str | Path, spec: Any, fmt: str, *, python
         batch.write_text(batch_script_source(spec, env, python))
         batch.chmod(0o755)
         files: tuple[Path, ...] = (script, launcher, batch)
+        if layout_of(spec).parameter_server:
+            serve = directory / SERVE_NAME
+            serve.write_text(SERVE_SOURCE)
+            files += (serve,)
     else:
         manifest = directory / TFJOB_MANIFEST
         manifest.write_text(dump_yaml(tfjob_documents(spec, script_text, env, image=image)))

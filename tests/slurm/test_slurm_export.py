@@ -1,5 +1,6 @@
 """``--export DIR --format slurm`` submitted with ``sbatch`` to the real test Slurm: the batch script
-and its TF_CONFIG launcher train the seed across the two nodes (no mwnotebook in the job)."""
+and its TF_CONFIG launcher train the seed across the two nodes (no mwnotebook in the job); a ``--ps``
+export runs its coordinator, worker and ps servers as the tasks of one step and ends with the chief."""
 
 from __future__ import annotations
 
@@ -29,15 +30,62 @@ def test_exported_batch_job_trains_on_two_nodes(slurm_env: slurm_cluster.SlurmCl
         assert expected_line(i) in lines, output[-3000:]
 
 
+# The cell of tests/tf/test_export_roles.py: a coordinator counting on a ParameterServerStrategy cluster.
+PS_CELL = r'''
+import tensorflow as tf
+strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
+coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+    w = tf.Variable(0.0)
+@tf.function
+def step():
+    w.assign_add(1.0)
+for _ in range(10):
+    coordinator.schedule(step)
+coordinator.join()
+print("chief total", float(w.numpy()), flush=True)
+'''
+
+
+@pytest.mark.parametrize("cell, state, exit_code", [
+    (PS_CELL, "COMPLETED", "0:0"),
+    # A chief that fails at once (cheap: before TensorFlow is imported); the servers are then killed
+    # by srun --kill-on-bad-exit, and the job still has the chief's status, not the killed servers'.
+    ("raise SystemExit(3)\n", "FAILED", "3:0")], ids=["trains", "chief-fails"])
+def test_exported_ps_job_ends_with_its_chief(slurm_env: slurm_cluster.SlurmCluster, tmp_path,
+                                             cell: str, state: str, exit_code: str) -> None:
+    # --slurm cannot go with --ps in a spec (config/role_checks.py): the options go on sbatch's command line.
+    spec = ClusterSpec(workers=2, ps=1, cpu=True, python=sys.executable)
+    export_format(cell, tmp_path, spec, "slurm")
+    submitted = slurm_env.run("sbatch", "--parsable", "-N", "2", "-t", "5", "job.sbatch", cwd=str(tmp_path))
+    job = submitted.stdout.strip().split(";")[0]
+    # Generous hang bound: the job takes some 35 s here; servers that never stop would keep it running.
+    ended = job_end(slurm_env, job, timeout=150)
+    output = (tmp_path / f"slurm-{job}.out").read_text()
+    assert ended == (state, exit_code), f"job {job} ended {ended}:\n{output[-3000:]}"  # the chief's status
+    assert not list(tmp_path.glob(".mwnotebook-chief-*")), "the chief's status file is left behind"
+    if state == "COMPLETED":
+        assert "chief total 10.0" in output.splitlines(), output[-3000:]
+        for task in ("worker-0", "worker-1", "ps-0"):  # every server ran, as the task of its rank
+            assert f"{task} serving" in output, output[-3000:]
+    # slurm_env checks afterwards that no process is left on the nodes.
+
+
 def wait_for_end(slurm: slurm_cluster.SlurmCluster, job: str, timeout: float) -> str:
-    """The job's final state (polled often: ``sbatch --wait`` sleeps up to 10 s between polls, and the
-    test Slurm forgets a finished job after MinJobAge=2 s)."""
+    """The job's final state."""
+    return job_end(slurm, job, timeout)[0]
+
+
+def job_end(slurm: slurm_cluster.SlurmCluster, job: str, timeout: float) -> tuple[str, str]:
+    """The job's final state and ``ExitCode`` (polled often: ``sbatch --wait`` sleeps up to 10 s between
+    polls, and the test Slurm forgets a finished job after MinJobAge=2 s)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         out = slurm.run("scontrol", "--oneliner", "show", "job", job, check=False).stdout
-        state = next((f.split("=", 1)[1] for f in out.split() if f.startswith("JobState=")), "")
+        fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+        state = fields.get("JobState", "")
         if state and state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
-            return state
+            return state, fields.get("ExitCode", "")
         time.sleep(0.25)
     slurm.run("scancel", job, check=False)
     raise AssertionError(f"job {job} did not end within {timeout:.0f} s")

@@ -155,9 +155,10 @@ def test_tfjob_export_has_the_replica_types(tmp_path):
     assert "serve.py" in text and "GRPC_FAIL_FAST" in text
 
 
-def test_slurm_export_of_roles_is_refused_before_writing(tmp_path):
+def test_slurm_export_of_roles_keeps_worker_gpus(tmp_path):
     from mwnotebook.export.formats import export_format
 
-    with pytest.raises(ConfigError, match="--format slurm does not write"):
-        export_format("print(1)", tmp_path / "job", ClusterSpec(workers=2, ps=1, legacy_keras=True), "slurm")
-    assert not (tmp_path / "job").exists()
+    export_format("print(1)", tmp_path, ClusterSpec(workers=2, ps=1, legacy_keras=True), "slurm")
+    batch = (tmp_path / "job.sbatch").read_text()
+    # The coordinator and ps see no GPU, the worker servers do: no job-wide CUDA_VISIBLE_DEVICES.
+    assert "GRPC_FAIL_FAST=use_caller" in batch and "CUDA_VISIBLE_DEVICES" not in batch

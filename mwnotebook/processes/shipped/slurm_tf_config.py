@@ -11,7 +11,20 @@ listens on port 8888 by default, Jupyter's port.
   the node name itself unless the cluster says otherwise).
 * Tasks per node: ``SLURM_STEP_TASKS_PER_NODE`` / ``SLURM_TASKS_PER_NODE`` (``2(x3),1``). Slurm's
   default block distribution puts tasks 0..k-1 on the first node, and so on.
-* Worker ``SLURM_PROCID`` listens on ``MWNOTEBOOK_TF_PORT`` (default 12345) + its ``SLURM_LOCALID``.
+* Task ``SLURM_PROCID`` listens on ``MWNOTEBOOK_TF_PORT`` (default 12345) + its index on its node
+  (``SLURM_LOCALID``), so tasks sharing a node never share a port.
+
+Roles (``--ps``, ``--chief``, ``--evaluator``): the batch script sets ``MWNOTEBOOK_TF_TASKS``, the
+TensorFlow task of each Slurm rank in rank order (``chief:0 worker:0:serve worker:1:serve ps:0:serve``),
+written at export time from mwnotebook/config/roles.py's one order (chief, workers, ps; the evaluator
+last). ``:serve`` tasks run ``--serve SCRIPT`` (a TensorFlow server) instead of the program. The
+evaluator's TF_CONFIG names only itself: it is not in the training cluster.
+
+Ending a ``--ps`` job (``MWNOTEBOOK_TF_DONE=FILE``, in the shared submit directory): the servers never
+end by themselves, so the chief runs the program as a child, writes its exit status to FILE when it
+ends, and exits with it; each server task polls for FILE, then stops its server and exits 0. The step
+then ends by itself, with the chief's status (the batch script exits with FILE's content). A server
+that fails ends the step through ``srun --kill-on-bad-exit``.
 """
 
 from __future__ import annotations
@@ -19,8 +32,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from typing import Any
 
 DEFAULT_PORT = 12345
 
@@ -58,12 +74,68 @@ def cluster_list(nodes: list[str], addresses: dict[str, str], counts: list[int],
     return workers
 
 
+def parse_tasks(text: str) -> list[tuple[str, int, bool]]:
+    """``"chief:0 worker:0:serve"`` -> ``[("chief", 0, False), ("worker", 0, True)]`` (one per rank)."""
+    tasks = []
+    for item in text.split():
+        match = re.fullmatch(r"(chief|worker|ps|evaluator):(\d+)(:serve)?", item)
+        if not match:
+            raise ValueError(f"MWNOTEBOOK_TF_TASKS: unexpected task {item!r} (want TYPE:INDEX[:serve])")
+        tasks.append((match.group(1), int(match.group(2)), bool(match.group(3))))
+    return tasks
+
+
+def role_config(tasks: list[tuple[str, int, bool]], addresses: list[str], rank: int) -> dict[str, Any]:
+    """TF_CONFIG of Slurm rank ``rank``: ``tasks`` and ``addresses`` are both in rank order."""
+    if len(tasks) != len(addresses):
+        raise ValueError(f"the job step has {len(addresses)} tasks but MWNOTEBOOK_TF_TASKS names "
+                         f"{len(tasks)}: submit job.sbatch unchanged (its --ntasks matches the tasks)")
+    kind, index, _ = tasks[rank]
+    if kind == "evaluator":
+        return {"cluster": {"evaluator": [addresses[rank]]}, "task": {"type": kind, "index": index}}
+    cluster: dict[str, list[str]] = {}
+    for (other, _, _), address in zip(tasks, addresses):
+        if other != "evaluator":
+            cluster.setdefault(other, []).append(address)
+    return {"cluster": cluster, "task": {"type": kind, "index": index}}
+
+
 def tf_config(env: dict[str, str], nodes: list[str], addresses: dict[str, str]) -> str:
     counts = expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE") or env["SLURM_TASKS_PER_NODE"])
     port = int(env.get("MWNOTEBOOK_TF_PORT") or DEFAULT_PORT)
     workers = cluster_list(nodes, addresses, counts, port)
     index = int(env["SLURM_PROCID"])
+    if env.get("MWNOTEBOOK_TF_TASKS"):
+        return json.dumps(role_config(parse_tasks(env["MWNOTEBOOK_TF_TASKS"]), workers, index))
     return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+def run_chief(argv: list[str], done: str) -> int:
+    """Run the training program; write its exit status to ``done`` (the servers' signal to stop)."""
+    status = subprocess.call(argv)
+    if status < 0:  # killed by a signal: the shell's convention
+        status = 128 - status
+    partial = f"{done}.{os.getpid()}"
+    with open(partial, "w") as out:
+        out.write(f"{status}\n")
+    os.replace(partial, done)  # whole or not at all: a server never reads half a file
+    return status
+
+
+def serve_until_done(argv: list[str], done: str, poll: float = 0.2) -> int:
+    """Run a TensorFlow server until ``done`` appears (then stop it: 0) or it ends by itself (its status)."""
+    server = subprocess.Popen(argv)
+    while server.poll() is None:
+        if os.path.exists(done):
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+            return 0
+        time.sleep(poll)
+    return server.returncode
 
 
 def _scontrol(*args: str) -> str:
@@ -71,9 +143,12 @@ def _scontrol(*args: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    serve = None
+    if argv[:1] == ["--serve"] and len(argv) > 1:
+        serve, argv = argv[1], argv[2:]
     if not argv:
-        print("usage: slurm_tf_config.py PROGRAM [ARGS...]  (run by srun, one task per worker)",
-              file=sys.stderr)
+        print("usage: slurm_tf_config.py [--serve SCRIPT] PROGRAM [ARGS...]  (run by srun, one task "
+              "per TensorFlow task)", file=sys.stderr)
         return 2
     env = dict(os.environ)
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
@@ -83,6 +158,17 @@ def main(argv: list[str]) -> int:
     nodes = [n for n in _scontrol("show", "hostnames", nodelist).split() if n]
     addresses = node_addresses(_scontrol("--oneliner", "show", "node", ",".join(nodes)))
     os.environ["TF_CONFIG"] = tf_config(env, nodes, addresses)
+    if env.get("MWNOTEBOOK_TF_TASKS"):
+        kind, _, serves = parse_tasks(env["MWNOTEBOOK_TF_TASKS"])[int(env["SLURM_PROCID"])]
+        done = env.get("MWNOTEBOOK_TF_DONE")
+        if serves:
+            if not serve:
+                print("slurm_tf_config.py: a :serve task needs --serve SCRIPT", file=sys.stderr)
+                return 2
+            program = [argv[0], serve]
+            return serve_until_done(program, done) if done else subprocess.call(program)
+        if kind == "chief" and done:
+            return run_chief(argv, done)
     os.execvp(argv[0], argv)
     return 1  # not reached
 
