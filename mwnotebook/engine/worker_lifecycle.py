@@ -6,6 +6,7 @@ counts as started; a start under way is awaited, never begun twice.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from mwnotebook.config.roles import layout_of
 from mwnotebook.config.worker_env import worker_envs
@@ -132,12 +133,7 @@ class WorkerLifecycle(TaskRoles):
 
     async def stop(self) -> None:
         """Shut every worker down (politely, then by force) and release ports and files."""
-        await self._finish_pending_start()
-        await self._drop_release()
-        workers, self._workers = self._workers, []
-        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
-        await self._stop_servers()
-        self._leave_here()
+        await self._end_workers(lambda worker: worker.shutdown())
         for i in range(self.spec.workers):
             self._states[i] = "stopped"
         await self._close_launcher()
@@ -147,10 +143,15 @@ class WorkerLifecycle(TaskRoles):
         if isinstance(self._launcher, AbortsStart):
             # a start waiting in a scheduler's queue ends now (Slurm: the job is cancelled)
             self._launcher.abort_start()
+        await self._end_workers(lambda worker: worker.kill())
+        await self._close_launcher()
+
+    async def _end_workers(self, end: Callable[[Worker], Awaitable[None]]) -> None:
+        """What stop and kill share: a start under way is awaited first (so no worker it makes is
+        missed), then every worker is ended with ``end`` in parallel, then the servers."""
         await self._finish_pending_start()
         await self._drop_release()
         workers, self._workers = self._workers, []
-        await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
+        await asyncio.gather(*(end(w) for w in workers), return_exceptions=True)
         await self._stop_servers()
         self._leave_here()
-        await self._close_launcher()

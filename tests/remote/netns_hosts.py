@@ -24,6 +24,7 @@ Needs root; :func:`unavailable_reason` says why not, for a clear skip.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -245,17 +246,26 @@ def _wait_port(address: str, port: int, timeout: float) -> None:
             time.sleep(0.05)
 
 
+#: Held while a net picks its subnet and takes it (tools/test.sh runs the suite on several
+#: processes, and the SSH hosts and the Slurm cluster may be made by two of them at once).
+SUBNET_LOCK = Path(tempfile.gettempdir()) / "mwnb-test-subnets.lock"
+
+
 def create(count: int = 2, suffix: str = "") -> TestNet:
     """Make ``count`` test hosts; on any failure everything made so far is removed. ``suffix`` tells
     apart several nets of one process (the SSH hosts and the Slurm nodes of one test session)."""
-    _remove_stale()
-    tag = f"{os.getpid():06x}" + (f"-{suffix}" if suffix else "")
-    net = TestNet(tag=tag, subnet=_pick_subnet(), root=Path(tempfile.mkdtemp(prefix="mwnb-ssh-")))
-    try:
-        _build(net, count)
-    except BaseException:
-        net.destroy()
-        raise
+    with open(SUBNET_LOCK, "a") as lock:
+        # A subnet is free while no interface has an address in it: pick one and put the root
+        # end's address on it (in _build) before another process may look.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _remove_stale()
+        tag = f"{os.getpid():06x}" + (f"-{suffix}" if suffix else "")
+        net = TestNet(tag=tag, subnet=_pick_subnet(), root=Path(tempfile.mkdtemp(prefix="mwnb-ssh-")))
+        try:
+            _build(net, count)
+        except BaseException:
+            net.destroy()
+            raise
     return net
 
 

@@ -13,6 +13,7 @@ from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.export.formats import export_format
+from tests._shared.ps_cells import ps_counter_cell
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -30,21 +31,8 @@ def test_exported_batch_job_trains_on_two_nodes(slurm_env: slurm_cluster.SlurmCl
         assert expected_line(i) in lines, output[-3000:]
 
 
-# The cell of tests/tf/test_export_roles.py: a coordinator counting on a ParameterServerStrategy cluster.
-PS_CELL = r'''
-import tensorflow as tf
-strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
-coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-with strategy.scope():
-    w = tf.Variable(0.0)
-@tf.function
-def step():
-    w.assign_add(1.0)
-for _ in range(10):
-    coordinator.schedule(step)
-coordinator.join()
-print("chief total", float(w.numpy()), flush=True)
-'''
+# A coordinator counting on a ParameterServerStrategy cluster (as tests/tf/test_export_roles.py).
+PS_CELL = ps_counter_cell(10, "chief total")
 
 
 @pytest.mark.parametrize("cell, state, exit_code", [

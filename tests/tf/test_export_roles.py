@@ -12,22 +12,11 @@ import pytest
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.export.scripts import export_cell
 
+from .._shared.ps_cells import ps_counter_cell
+
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
-CELL = r'''
-import tensorflow as tf
-strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
-coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-with strategy.scope():
-    w = tf.Variable(0.0)
-@tf.function
-def step():
-    w.assign_add(1.0)
-for _ in range(10):
-    coordinator.schedule(step)
-coordinator.join()
-print("chief total", float(w.numpy()))
-'''
+CELL = ps_counter_cell(10, "chief total")
 
 
 def test_a_ps_export_runs_as_one_script_per_task(tmp_path):
