@@ -176,3 +176,4 @@ def test_the_dashboard_draws_a_coordinators_server_records_as_the_servers_curves
     names = [trace.name for trace in board.static_figure().data if trace.name and "loss" in trace.name]
     assert names == ["coordinator (loss)", "worker 0 (local loss)", "worker 1 (local loss)",
                      "global loss (all workers)"]
+    assert board.status_text().startswith("coordinator: ")  # not "worker 0", a worker server's name

@@ -76,7 +76,7 @@ class Dashboard:
         self.max_points = max_points
         self._lock = threading.RLock()
         self._store = MetricsStore()
-        self._board = StatusBoard(num_workers, metric)
+        self._board = StatusBoard(num_workers, metric, self.lines.kernel_names)
         self._throttle = Throttle(self._push, max_updates_per_s, self._lock, clock)
         self._clock = clock
         self._finished = False
