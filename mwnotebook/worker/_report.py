@@ -38,20 +38,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mwnotebook.shared.events import METRICS_MIME
-from mwnotebook.worker._remote import (
-    FAILED,
-    READY,
-    SCHEDULED,
-    SERVER,
-    WAITING,
-    DroppedValue,
-    has_remote,
-    is_remote,
-    record_state,
-    resolve,
-)
+from mwnotebook.worker._batch import Entry, split_ready, to_records
+from mwnotebook.worker._remote import SCHEDULED, SERVER, has_remote, is_remote
 from mwnotebook.worker._remote import wait as wait_remote
-from mwnotebook.worker._values import _json_value, _needs_graph, _snapshot, _tf, _to_number
+from mwnotebook.worker._values import _needs_graph, _snapshot, _tf, _to_number
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +108,7 @@ class Reporter:
         self._clock = clock
         self._lock = threading.RLock()
         self._publish_lock = threading.Lock()
-        self._buffer: list[tuple[Any, float, dict[str, Any]]] = []
+        self._buffer: list[Entry] = []
         self._last_flush = -math.inf
         self._timer: threading.Timer | None = None
         self._next_step = 0
@@ -210,11 +200,11 @@ class Reporter:
                                 "of the cell's end; their records are dropped", wait)
             with self._lock:
                 batch = self._take_ready(drop_waiting=wait > 0)
-            records = self._records(batch)
+            records = to_records(batch, _worker_index())
             if records:
                 self._send(records)
 
-    def _take_ready(self, drop_waiting: bool) -> list[tuple[Any, float, dict[str, Any]]]:
+    def _take_ready(self, drop_waiting: bool) -> list[Entry]:
         """The buffered records to publish now, in order; the waiting ones stay (see :meth:`flush`)."""
         if self._timer is not None:
             self._timer.cancel()
@@ -223,46 +213,12 @@ class Reporter:
         if not self._remote_buffered:
             batch, self._buffer = self._buffer, []
             return batch
-        batch, keep, failed = [], [], 0
-        for item in self._buffer:
-            current = record_state(item[0], item[2])
-            if current == WAITING and not drop_waiting:
-                keep.append(item)
-            elif current == READY:
-                batch.append(item)
-            else:
-                failed += current == FAILED
-        if failed:
-            log.warning("mwnotebook.worker.report: dropped %d record(s) of scheduled steps that were aborted "
-                        "or failed (e.g. a lost worker server)", failed)
+        batch, keep = split_ready(self._buffer, drop_waiting)
         self._buffer, self._waiting = keep, len(keep)
         self._remote_buffered = bool(keep)
         if keep:
             self._arm_timer()
         return batch
-
-    def _records(self, batch: list[tuple[Any, float, dict[str, Any]]]) -> list[dict[str, Any]]:
-        """Plain JSON records of ``batch`` (RemoteValues fetched: they are ready)."""
-        worker = _worker_index()
-        records = []
-        dropped: list[str] = []
-        for step, stamp, values in batch:
-            if has_remote(step, values):
-                try:
-                    step, values = resolve(step, values)
-                except DroppedValue as exc:
-                    dropped.append(str(exc))
-                    continue
-            record: dict[str, Any] = {"step": _json_value(step), "time": stamp}
-            if worker is not None:
-                record["worker"] = worker
-            for name, value in values.items():
-                record[name] = _json_value(value)
-            records.append(record)
-        if dropped:
-            log.warning("mwnotebook.worker.report: dropped %d record(s) whose scheduled step failed: %s",
-                        len(dropped), dropped[0])
-        return records
 
     def _send(self, records: list[dict[str, Any]]) -> None:
         if self._publish(records):

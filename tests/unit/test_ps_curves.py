@@ -113,7 +113,7 @@ def test_an_aborted_step_is_dropped_with_one_log_line_and_the_others_go_on(caplo
     lost.abort()
     for i, value in enumerate((ok, lost, also)):
         rep.report(step=i, loss=value)
-    with caplog.at_level(logging.WARNING, logger="mwnotebook.worker._report"):
+    with caplog.at_level(logging.WARNING, logger="mwnotebook.worker"):
         rep.flush()
     assert [r["step"] for r in sent] == [0, 2]
     assert len([r for r in caplog.records if "dropped" in r.getMessage()]) == 1
@@ -128,7 +128,7 @@ def test_the_cell_end_waits_for_late_steps_but_not_for_ever(caplog):
     assert [r["step"] for r in sent] == [0]
     rep.report(step=1, loss=never)
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="mwnotebook.worker._report"):
+    with caplog.at_level(logging.WARNING, logger="mwnotebook.worker"):
         rep.flush(wait=0.3)
     assert time.monotonic() - started < 30  # a generous hang bound: the wait is 0.3 s
     assert [r["step"] for r in sent] == [0]
