@@ -177,3 +177,10 @@ def test_the_dashboard_draws_a_coordinators_server_records_as_the_servers_curves
     assert names == ["coordinator (loss)", "worker 0 (local loss)", "worker 1 (local loss)",
                      "global loss (all workers)"]
     assert board.status_text().startswith("coordinator: ")  # not "worker 0", a worker server's name
+
+
+def test_a_non_finite_note_names_the_worker_server_not_its_line_number():
+    board = Dashboard(1, use_widget=False, lines=ChartLines(1, 2, {0: "coordinator"}))
+    board(WorkerMetrics(worker=0, records=({"step": 7, "loss": float("nan"), "server": 1},)))
+    note = board._feed.note  # noqa: SLF001 - what the widget's next update says (frontend/chart/feed.py)
+    assert note.startswith("worker 1 reported loss = nan"), note  # not "worker 2", its line's number

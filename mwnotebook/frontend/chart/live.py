@@ -84,6 +84,7 @@ class Dashboard:
         self._status_handle: Any = None
         self._title = title or f"{metric} per worker"
         self._feed = LiveFeed(self.lines.count)
+        self._feed.line_names = {w: self.lines.short_name(w) for w in range(self.lines.kernels, self.lines.count)}
         self._use_widget = use_widget
         self._widget: Any = None
         self._widget_made = 0.0
