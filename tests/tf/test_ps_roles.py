@@ -18,7 +18,7 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.engine.task_servers import ParameterServerLost
-from mwnotebook.shared.events import WorkerOutput
+from mwnotebook.shared.events import WorkerMetrics, WorkerOutput
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -210,6 +210,27 @@ def test_a_worker_killed_mid_fit_is_restarted_and_the_cell_completes(ps_cluster)
     assert ps_cluster.server_pids.get("worker-0") not in (None, victim)
     again = next(i for i in ps_cluster.status() if i.task == "worker:0")
     assert (again.state, again.restarts, again.alive) == ("serving", 1, True) and again.pid not in (None, victim)
+
+
+def test_a_worker_server_killed_mid_custom_loop_leaves_the_loop_and_its_curves_going(ps_cluster):
+    victim = _pid_of(ps_cluster, "worker:1")  # worker:0 was killed above; its restart count is checked there
+    killed = threading.Event()
+
+    def on_event(event):  # kill once records are flowing, while steps are still being scheduled
+        if isinstance(event, WorkerMetrics) and not killed.is_set() and any(
+                r.get("step", 0) >= 40 for r in event.records):
+            os.kill(victim, signal.SIGKILL)
+            killed.set()
+
+    result = ps_cluster.run(SERVER_CURVES.replace("STEPS", "600"), on_event=on_event, timeout=600)
+    assert killed.is_set()
+    assert "scheduled 600" in result.stdout(0), result.stderr(0)[-2000:]  # the loop was not broken
+    steps = [r["step"] for r in result.metrics if "loss" in r]
+    assert len(steps) == len(set(steps)) and set(steps) <= set(range(600)), steps
+    missing = 600 - len(steps)  # a rescheduled step reports once it ran again; an aborted one is dropped
+    assert missing == 0 or "dropped" in result.stderr(0), (missing, result.stderr(0)[-2000:])
+    late = [r for r in result.metrics if "loss" in r and r["step"] >= 300]
+    assert {r["server"] for r in late} >= {0}, late[:5]  # training went on after the kill
 
 
 #: FIT with the tutorial's BackupAndRestore: a rerun after a lost ps resumes from the last epoch backed up.
