@@ -28,6 +28,7 @@ through the same :class:`Reporter`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -79,6 +80,12 @@ def _worker_index() -> int | None:
 
 def _in_ps_coordinator() -> bool:
     """True in a ``--ps`` cluster's coordinator, where ``report(worker=...)`` names a worker server."""
+    return _ps_coordinator_for(os.environ.get("TF_CONFIG", ""))
+
+
+@functools.lru_cache(maxsize=4)
+def _ps_coordinator_for(tf_config: str) -> bool:
+    """Read once per TF_CONFIG value: ``report(worker=...)`` may come every step."""
     from mwnotebook.worker._ps import ps_task_count
     from mwnotebook.worker._roles import task_type
 
