@@ -8,7 +8,8 @@ Naming convention (what keeps local and global numbers apart):
 
 * ``loss`` -- the worker's own (local) value, computed on its shard of the batch;
 * ``global_loss`` -- the value over all workers (identical on every worker);
-* records with ``"kind": "epoch"`` are epoch summaries; curves are drawn from step records.
+* records with ``"kind": "epoch"`` are epoch summaries; curves are drawn from step records;
+* ``server`` -- in a ``--ps`` coordinator's records, the worker server that computed them.
 
 Restarts (``--max-restarts``): every record carries the ``attempt`` it came from (1, then 2 after
 the first restart, ...). :meth:`MetricsStore.add_restart` marks a restart; the first point a
@@ -33,7 +34,7 @@ import numpy as np
 
 GLOBAL_PREFIX = "global_"
 #: Keys that describe a record rather than measure something.
-META_KEYS = frozenset({"worker", "step", "time", "kind", "epoch", "batch", "attempt"})
+META_KEYS = frozenset({"worker", "server", "step", "time", "kind", "epoch", "batch", "attempt"})
 
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -255,10 +256,13 @@ class MetricsStore:
         """Keep ``records`` from ``worker``; returns how many were added."""
         return len(self.add_batch(worker, records)[0])
 
-    def add_batch(self, worker: int, records: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], Columns]:
+    def add_batch(self, worker: int, records: Iterable[Mapping[str, Any]], *,
+                  line: int | None = None) -> tuple[list[dict[str, Any]], Columns]:
         """Keep ``records`` from ``worker``; returns them (with ``worker``) and their step records'
         columns (see :func:`step_columns`), which the live chart reuses. Works a column at a time:
-        a worker's batch holds hundreds of records of the same keys."""
+        a worker's batch holds hundreds of records of the same keys. ``line``: the series they are
+        drawn on when it is not the worker's own (a ``--ps`` worker server's, frontend/chart/lines.py);
+        the records still name the kernel that sent them."""
         rows = []
         attempt = self._attempt
         for raw in records:  # the worker named itself already (worker/_report.py): no copy then
@@ -266,6 +270,7 @@ class MetricsStore:
             record["attempt"] = attempt
             rows.append(record)
         self._records.extend(rows)
+        worker = worker if line is None else line
         steps = []
         for record in rows:
             kind = record.get("kind")

@@ -5,7 +5,9 @@
 - ``mw.task_type()``, ``mw.task_index()``, ``mw.is_chief()`` and ``mw.save_path(path)`` say which
   TensorFlow task this kernel is and where it saves (``--chief`` makes replica 0 the chief).
 - ``mw.ps_strategy()`` and ``mw.coordinator()`` (in a ``--ps`` cluster's coordinator kernel): the one
-  ParameterServerStrategy and ClusterCoordinator of the process.
+  ParameterServerStrategy and ClusterCoordinator of the process; ``mw.report(step=i,
+  scheduled=coordinator.schedule(...))`` draws a custom loop's steps on the curve of the worker
+  server that ran each (the step function returns ``{"loss": ..., "worker": ...}``).
 - ``mw.sidecar_evaluate(model, data, checkpoint_dir, ...)`` (in a ``--evaluator`` kernel): evaluate
   each new checkpoint while training goes on, metrics as ``val_*`` curves.
 - ``mw.strategy()`` creates the process's one MultiWorkerMirroredStrategy the right way;

@@ -16,6 +16,10 @@ Cost model (why it is built this way):
 * A ``post_run_cell`` hook flushes what is left when the cell ends, so nothing is lost; a short
   timer flushes a buffer that would otherwise wait for the next report (e.g. during evaluation).
 
+* In a ``--ps`` coordinator, a record holding ``RemoteValue``s stays buffered until they are ready
+  (checked without waiting) and is flushed by the timer, never in the training loop's thread
+  (:mod:`mwnotebook.worker._remote`).
+
 Local and global values: by convention ``loss`` is the worker's own value and ``global_loss`` the
 value over all workers (see :mod:`mwnotebook.shared.metrics`). Values are converted by
 :mod:`mwnotebook.worker._values`; the Keras callback (:mod:`mwnotebook.worker._keras`) reports
@@ -24,6 +28,7 @@ through the same :class:`Reporter`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -34,7 +39,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mwnotebook.shared.events import METRICS_MIME
-from mwnotebook.worker._values import _json_value, _needs_graph, _snapshot, _tf, _to_number
+from mwnotebook.worker._batch import Entry, split_ready, to_records
+from mwnotebook.worker._remote import SCHEDULED, SERVER, has_remote, is_remote
+from mwnotebook.worker._remote import wait as wait_remote
+from mwnotebook.worker._values import _needs_graph, _snapshot, _tf, _to_number
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +50,9 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 0.1
 #: A flush is forced when this many records are buffered, whatever the interval.
 MAX_BUFFER = 5000
+#: Seconds the cell's end waits for scheduled steps whose records are buffered (a generous bound:
+#: a closure that never completes must not hang the cell; its records are dropped after it).
+REMOTE_WAIT = 120.0
 
 
 class MetricValueWarning(UserWarning):
@@ -67,6 +78,20 @@ def _worker_index() -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
+def _in_ps_coordinator() -> bool:
+    """True in a ``--ps`` cluster's coordinator, where ``report(worker=...)`` names a worker server."""
+    return _ps_coordinator_for(os.environ.get("TF_CONFIG", ""))
+
+
+@functools.lru_cache(maxsize=4)
+def _ps_coordinator_for(tf_config: str) -> bool:
+    """Read once per TF_CONFIG value: ``report(worker=...)`` may come every step."""
+    from mwnotebook.worker._ps import ps_task_count
+    from mwnotebook.worker._roles import task_type
+
+    return ps_task_count() > 0 and task_type() == "chief"
+
+
 def _publish_ipython(records: list[dict[str, Any]]) -> bool:
     """Send records as display_data from this kernel; False when not inside an IPython kernel."""
     try:
@@ -89,10 +114,13 @@ class Reporter:
         self._interval = interval
         self._clock = clock
         self._lock = threading.RLock()
-        self._buffer: list[tuple[Any, float, dict[str, Any]]] = []
+        self._publish_lock = threading.Lock()
+        self._buffer: list[Entry] = []
         self._last_flush = -math.inf
         self._timer: threading.Timer | None = None
         self._next_step = 0
+        self._waiting = 0  # records left buffered by the last flush (RemoteValues not ready)
+        self._remote_buffered = False
         self._hooked_shell: Any = None
         self._warned_no_kernel = False
         self.published_batches = 0
@@ -104,13 +132,18 @@ class Reporter:
         if not metrics:
             raise TypeError("report() needs at least one metric, e.g. report(step=i, loss=loss)")
         for name in metrics:
-            if name in ("worker", "time", "kind"):
+            if name in ("time", "kind", SERVER) or (name == "worker" and not _in_ps_coordinator()):
                 raise TypeError(f"{name!r} is reserved in metric records; use another name")
+        if SCHEDULED in metrics and not is_remote(metrics[SCHEDULED]):
+            raise TypeError("report(scheduled=...) takes what coordinator.schedule(...) returned (a "
+                            f"RemoteValue), not {type(metrics[SCHEDULED]).__name__}")
+        if "worker" in metrics:
+            metrics[SERVER] = metrics.pop("worker")  # the worker server that computed the values
         bad = [name for name, value in metrics.items() if isinstance(value, _NOT_NUMBERS)]
         if bad:
             for name in bad:
                 _warn_not_a_number(name, metrics.pop(name))
-            if not metrics:
+            if not metrics or set(metrics) == {SERVER}:
                 return
         if _needs_graph((step, *metrics.values())):
             self._report_from_graph(step, metrics)
@@ -120,20 +153,26 @@ class Reporter:
         self.add(step, {k: _snapshot(v) for k, v in metrics.items()})
 
     def add(self, step: Any, values: dict[str, Any], *, extra: dict[str, Any] | None = None) -> None:
-        """Buffer one record (values may still be tensors or :class:`_Lazy`); flush if due."""
+        """Buffer one record (values may still be tensors, :class:`_Lazy` or RemoteValues); flush if
+        due. A record holding RemoteValues is left to the timer's flush, so the training loop never
+        fetches one (worker/_remote.py)."""
         with self._lock:
             if step is None:
                 step = self._next_step
-            self._buffer.append((_snapshot(step), time.time(), dict(values, **(extra or {}))))
-            due = self._clock() - self._last_flush >= self._interval
-            if due or len(self._buffer) >= MAX_BUFFER:
-                self._flush_locked()
-            else:
+            values = dict(values, **(extra or {}))
+            self._buffer.append((_snapshot(step), time.time(), values))
+            remote = has_remote(step, values)
+            self._remote_buffered = self._remote_buffered or remote
+            due = self._clock() - self._last_flush >= self._interval and not remote
+            due = due or len(self._buffer) - self._waiting >= MAX_BUFFER
+            if not due:
                 self._arm_timer()
             if isinstance(step, int):
                 self._next_step = step + 1
             else:
                 self._next_step += 1
+        if due:
+            self.flush()
 
     def _report_from_graph(self, step: Any, metrics: dict[str, Any]) -> None:
         """Inside a tf.function: buffer the values when the step executes, via tf.py_function."""
@@ -155,28 +194,40 @@ class Reporter:
         tf.py_function(_buffer, inputs, Tout=[], name="mwnotebook_report")
 
     # -- flushing ----------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Publish everything buffered now (also called when the cell ends)."""
-        with self._lock:
-            self._flush_locked()
+    def flush(self, wait: float = 0.0) -> None:
+        """Publish everything buffered now (also called when the cell ends). Records whose
+        RemoteValues are not ready stay buffered; with ``wait`` > 0, wait that many seconds at most
+        for them, then drop (and log) those still not ready."""
+        with self._publish_lock:  # one flush at a time, so batches go out in order
+            if wait > 0:
+                with self._lock:
+                    pending = [(step, values) for step, _stamp, values in self._buffer]
+                if not wait_remote(pending, self._clock() + wait, self._clock):
+                    log.warning("mwnotebook.worker.report: some scheduled steps did not finish within %.0f s "
+                                "of the cell's end; their records are dropped", wait)
+            with self._lock:
+                batch = self._take_ready(drop_waiting=wait > 0)
+            records = to_records(batch, _worker_index())
+            if records:
+                self._send(records)
 
-    def _flush_locked(self) -> None:
+    def _take_ready(self, drop_waiting: bool) -> list[Entry]:
+        """The buffered records to publish now, in order; the waiting ones stay (see :meth:`flush`)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._last_flush = self._clock()
-        if not self._buffer:
-            return
-        batch, self._buffer = self._buffer, []
-        worker = _worker_index()
-        records = []
-        for step, stamp, values in batch:
-            record: dict[str, Any] = {"step": _json_value(step), "time": stamp}
-            if worker is not None:
-                record["worker"] = worker
-            for name, value in values.items():
-                record[name] = _json_value(value)
-            records.append(record)
+        if not self._remote_buffered:
+            batch, self._buffer = self._buffer, []
+            return batch
+        batch, keep = split_ready(self._buffer, drop_waiting)
+        self._buffer, self._waiting = keep, len(keep)
+        self._remote_buffered = bool(keep)
+        if keep:
+            self._arm_timer()
+        return batch
+
+    def _send(self, records: list[dict[str, Any]]) -> None:
         if self._publish(records):
             self.published_batches += 1
             self.published_records += len(records)
@@ -207,7 +258,7 @@ class Reporter:
         self._hooked_shell = shell
 
     def _post_run_cell(self, result: Any = None) -> None:
-        self.flush()
+        self.flush(wait=REMOTE_WAIT)
         with self._lock:
             self._next_step = 0  # each cell is a new run (and a new chart): default steps restart
 
@@ -234,6 +285,14 @@ def report(step: Any = None, **metrics: Any) -> None:
     variables; inside a ``tf.function`` they are recorded when the step runs. ``step`` defaults
     to one more than the previous step (0 for the first report of a cell). Outside a kernel (a plain script)
     reporting does nothing.
+
+    In a ``--ps`` cluster's coordinator, values may be what ``coordinator.schedule`` returned
+    (``RemoteValue``s): ``mw.report(step=i, scheduled=result)`` for a step function that returns a
+    dict such as ``{"loss": loss, "worker": experimental_get_current_worker_index()}``, or
+    ``mw.report(step=i, worker=w, loss=rv)``. ``worker`` names the worker server that computed the
+    values, whose curve they are drawn on. They are sent once their steps have run, never waited
+    for in the loop; the cell's end waits for them (at most :data:`REMOTE_WAIT` seconds), and the
+    records of aborted or failed steps are dropped with a log line (worker/_remote.py).
     """
     reporter().report(step, **metrics)
 

@@ -1,6 +1,6 @@
 """notebooks/09 executed with nbclient: the same model trained with --chief (all-reduce) and with
---ps 1 --workers 2 (a coordinator kernel and three servers), loss falling both ways; the status
-lists all four tasks."""
+--ps 1 --workers 2 (a coordinator kernel and three servers), loss falling both ways; the custom
+loop's records arrive per worker server; the status lists all four tasks."""
 
 from __future__ import annotations
 
@@ -32,6 +32,11 @@ def test_lesson_09_trains_the_same_model_both_ways(tmp_path):
     assert all(float(last) < float(first) for *_, first, last in mwms), mwms
     ps = re.findall(r"chief ps_loss ([0-9.]+) -> ([0-9.]+)", text)
     assert len(ps) == 1 and float(ps[0][1]) < float(ps[0][0]), text  # the cell ran in the coordinator only
+    assert "custom loop: 120 steps scheduled" in text, text
+    servers = re.findall(r"worker server (\d): (\d+) steps, loss ([0-9.]+) -> ([0-9.]+)", text)
+    assert sorted(s for s, *_ in servers) == ["0", "1"], text  # a curve per worker server, both ran steps
+    assert sum(int(n) for _, n, *_ in servers) == 120, servers  # every step's record arrived
+    assert all(float(last) < float(first) for *_, first, last in servers), servers
     status = next(_text(c) for c in nb.cells if c.cell_type == "code" and c.source.strip() == "%mwcluster status")
     assert status.startswith("mwnotebook cluster: 1 coordinator, 2 worker servers, 1 parameter server"), status
     for task in ("chief:0", "worker:0", "worker:1", "ps:0"):

@@ -18,7 +18,7 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.engine.task_servers import ParameterServerLost
-from mwnotebook.shared.events import WorkerOutput
+from mwnotebook.shared.events import WorkerMetrics, WorkerOutput
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -141,6 +141,41 @@ def test_custom_loop(ps_cluster):
     assert values[-1] < values[0] * 0.5, values
 
 
+#: LOOP with a report per scheduled step: the step function says which worker server ran it.
+SERVER_CURVES = LOOP.replace("    return strategy.run(replica_fn, args=(x, y))\n", """\
+    loss = strategy.run(replica_fn, args=(x, y))
+    return {"loss": loss, "worker": tf.distribute.coordinator.experimental_get_current_worker_index()}
+""").split("means = []")[0] + """\
+for i in range(STEPS):
+    mw.report(step=i, scheduled=coordinator.schedule(step, args=(iterator,)))
+coordinator.join()
+print("scheduled", STEPS)
+"""
+
+
+def test_a_custom_loop_reports_each_scheduled_step_on_the_curve_of_the_worker_server_that_ran_it(ps_cluster):
+    from mwnotebook.config.roles import layout_of
+    from mwnotebook.dashboard import Dashboard
+    from mwnotebook.frontend.chart.lines import chart_lines
+
+    lines = chart_lines(layout_of(ps_cluster.spec))
+    assert (lines.kernels, lines.servers) == (1, 2)
+    board = Dashboard(1, use_widget=False, lines=lines)
+    result = ps_cluster.run(SERVER_CURVES.replace("STEPS", "120"), on_event=board, timeout=300)
+    assert "scheduled 120" in result.stdout(0), result.stderr(0)[-2000:]
+    records = [r for r in result.metrics if "loss" in r]
+    assert sorted(r["step"] for r in records) == list(range(120))  # each step once, none lost
+    assert {r["worker"] for r in records} == {0}  # sent by the coordinator kernel...
+    by_server = {s: [r for r in records if r["server"] == s] for s in (0, 1)}
+    assert all(by_server.values()), {s: len(v) for s, v in by_server.items()}  # ...computed on both servers
+    ordered = [r["loss"] for r in sorted(records, key=lambda r: r["step"])]
+    assert sum(ordered[-10:]) < 0.5 * sum(ordered[:10]), ordered
+    for server, mine in by_server.items():  # the chart draws each on its server's own line
+        steps, _values = board.store.local_series(lines.kernels + server, "loss")
+        assert sorted(steps) == sorted(r["step"] for r in mine)
+    assert not len(board.store.local_series(0, "loss")[0])  # nothing on the coordinator's line
+
+
 def test_a_stock_mwms_cell_is_told_which_strategy_the_cluster_is_for(ps_cluster):
     with pytest.raises(Exception) as info:
         ps_cluster.run("import tensorflow as tf\ntf.distribute.MultiWorkerMirroredStrategy()", timeout=120)
@@ -175,6 +210,27 @@ def test_a_worker_killed_mid_fit_is_restarted_and_the_cell_completes(ps_cluster)
     assert ps_cluster.server_pids.get("worker-0") not in (None, victim)
     again = next(i for i in ps_cluster.status() if i.task == "worker:0")
     assert (again.state, again.restarts, again.alive) == ("serving", 1, True) and again.pid not in (None, victim)
+
+
+def test_a_worker_server_killed_mid_custom_loop_leaves_the_loop_and_its_curves_going(ps_cluster):
+    victim = _pid_of(ps_cluster, "worker:1")  # worker:0 was killed above; its restart count is checked there
+    killed = threading.Event()
+
+    def on_event(event):  # kill once records are flowing, while steps are still being scheduled
+        if isinstance(event, WorkerMetrics) and not killed.is_set() and any(
+                r.get("step", 0) >= 40 for r in event.records):
+            os.kill(victim, signal.SIGKILL)
+            killed.set()
+
+    result = ps_cluster.run(SERVER_CURVES.replace("STEPS", "600"), on_event=on_event, timeout=600)
+    assert killed.is_set()
+    assert "scheduled 600" in result.stdout(0), result.stderr(0)[-2000:]  # the loop was not broken
+    steps = [r["step"] for r in result.metrics if "loss" in r]
+    assert len(steps) == len(set(steps)) and set(steps) <= set(range(600)), steps
+    missing = 600 - len(steps)  # a rescheduled step reports once it ran again; an aborted one is dropped
+    assert missing == 0 or "dropped" in result.stderr(0), (missing, result.stderr(0)[-2000:])
+    late = [r for r in result.metrics if "loss" in r and r["step"] >= 300]
+    assert {r["server"] for r in late} >= {0}, late[:5]  # training went on after the kill
 
 
 #: FIT with the tutorial's BackupAndRestore: a rerun after a lost ps resumes from the last epoch backed up.

@@ -126,6 +126,8 @@ class LiveFeed:
         self._note_sent = False
         self.names: list[str] = [f"worker {w}" for w in range(num_workers)] + ["global"]
         self._names_sent = True
+        #: Who a line is, where not ``worker <index>`` (a --ps worker server's line, lines.py).
+        self.line_names: dict[int, str] = {}
         self.seq = 0
         #: x positions of restart marks (``--max-restarts``): where each resumed attempt went on
         self.restarts: list[float] = []
@@ -197,7 +199,7 @@ class LiveFeed:
         line.new_y.extend(ys)
         if not self.note and not all(map(math.isfinite, ys)):
             at = next(i for i, y in enumerate(ys) if not math.isfinite(y))
-            who = "the global value" if index == self.num_workers else f"worker {worker}"
+            who = "the global value" if index == self.num_workers else self.line_names.get(index, f"worker {worker}")
             self.note = (f"{who} reported {metric} = {ys[at]} at {axis} {xs[at]:g}: non-finite values are drawn "
                          "as gaps, marked \u25b2")
             self._note_sent = False

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mwnotebook.frontend.chart.feed import LiveFeed
+from mwnotebook.frontend.chart.lines import ChartLines
 from mwnotebook.frontend.chart.panels import ChartPanel, chart_panels
 from mwnotebook.frontend.chart.plotly_figure import as_plotly_figure, panels_figure_dict
-from mwnotebook.frontend.chart.series import GLOBAL_COLOUR, trace_colour, worker_series_name
+from mwnotebook.frontend.chart.series import GLOBAL_COLOUR, trace_colour
 from mwnotebook.frontend.chart.static_copy import static_bundle
 from mwnotebook.frontend.chart.status import StatusBoard, WorkerStatus
 from mwnotebook.frontend.chart.svg import svg_panels
@@ -64,22 +65,26 @@ class Dashboard:
 
     def __init__(self, num_workers: int, *, metric: str = "loss", max_points: int = 2000,
                  max_updates_per_s: float = 5.0, title: str | None = None,
-                 clock: Callable[[], float] = time.monotonic, use_widget: bool | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, use_widget: bool | None = None,
+                 lines: ChartLines | None = None) -> None:
         if num_workers < 1:
             raise ValueError("num_workers must be at least 1")
         self.num_workers = num_workers
+        #: The chart's lines: one per cell kernel, then a --ps cluster's worker servers (lines.py).
+        self.lines = lines if lines is not None else ChartLines(num_workers)
         self.metric = metric
         self.max_points = max_points
         self._lock = threading.RLock()
         self._store = MetricsStore()
-        self._board = StatusBoard(num_workers, metric)
+        self._board = StatusBoard(num_workers, metric, self.lines.kernel_names)
         self._throttle = Throttle(self._push, max_updates_per_s, self._lock, clock)
         self._clock = clock
         self._finished = False
         self._chart_handle: Any = None
         self._status_handle: Any = None
         self._title = title or f"{metric} per worker"
-        self._feed = LiveFeed(num_workers)
+        self._feed = LiveFeed(self.lines.count)
+        self._feed.line_names = {w: self.lines.short_name(w) for w in range(self.lines.kernels, self.lines.count)}
         self._use_widget = use_widget
         self._widget: Any = None
         self._widget_made = 0.0
@@ -97,9 +102,10 @@ class Dashboard:
         with self._lock:
             self.events_seen += 1
             if isinstance(event, WorkerMetrics):
-                rows, columns = self._store.add_batch(event.worker, event.records)
+                for line, records in self.lines.split(event.worker, event.records):
+                    rows, columns = self._store.add_batch(event.worker, records, line=line)
+                    self._feed.add_columns(line, rows, columns)
                 self._board.on_metrics(event)
-                self._feed.add_columns(event.worker, rows, columns)
             elif isinstance(event, WorkerStateChanged):
                 if not self._board.on_state(event):
                     return
@@ -120,15 +126,16 @@ class Dashboard:
     def _names(self) -> list[str]:
         """Legend names per worker, ``{metric}`` left to fill in (a failed worker says so)."""
         names = []
-        for w in range(self.num_workers):
-            status = self._board.status_for(w)
-            error = status.error.replace("{", "{{").replace("}", "}}") if status.state == "failed" else None
-            names.append(worker_series_name(w, "{metric}", error))
+        for w in range(self.lines.count):
+            error = None
+            if w < self.num_workers and self._board.status_for(w).state == "failed":
+                error = self._board.status_for(w).error.replace("{", "{{").replace("}", "}}")
+            names.append(self.lines.series_name(w, "{metric}", error))
         return names
 
     def _panels(self, max_points: int | None = None) -> list[ChartPanel]:
         notes = {key: panel.note for key, panel in self._feed.panels.items()}
-        return chart_panels(self._store, self.num_workers, self.metric,
+        return chart_panels(self._store, self.lines.count, self.metric,
                             max_points=max_points or self.max_points, names=self._names(), notes=notes)
 
     def _static_points(self) -> int:
@@ -163,7 +170,7 @@ class Dashboard:
             log.exception("mwnotebook dashboard update failed")
 
     def _send_points(self) -> None:
-        names = [f"worker {w}" for w in range(self.num_workers)] + ["global"]
+        names = [self.lines.short_name(w) for w in range(self.lines.count)] + ["global"]
         for w in range(self.num_workers):
             status = self._board.status_for(w)
             if status.state == "failed":
@@ -232,8 +239,8 @@ class Dashboard:
             if self._use_widget is not False and in_widget_kernel():
                 reason = widget_unavailable()
                 if reason is None:
-                    colours = [trace_colour(w) for w in range(self.num_workers)] + [GLOBAL_COLOUR]
-                    names = [f"worker {w}" for w in range(self.num_workers)] + ["global"]
+                    colours = [trace_colour(w) for w in range(self.lines.count)] + [GLOBAL_COLOUR]
+                    names = [self.lines.short_name(w) for w in range(self.lines.count)] + ["global"]
                     self._widget = new_widget(f"live curves, {self.num_workers} workers", names, colours)
                     self._widget_made = self._clock()
                     self._chart_handle = display(widget_bundle(self._widget, f"{self._title} (live)"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,8 +47,11 @@ class StatusBoard:
     """Every worker's :class:`WorkerStatus`, kept up to date from events (not thread-safe: the
     dashboard holds its lock)."""
 
-    def __init__(self, num_workers: int, metric: str) -> None:
+    def __init__(self, num_workers: int, metric: str, names: Mapping[int, str] | None = None) -> None:
         self.metric = metric
+        #: Kernels that are not plain replicas (a --ps cluster's ``coordinator``, frontend/chart/lines.py),
+        #: so the table's "worker 0" never means the coordinator beside a worker server's curve.
+        self.names = dict(names or {})
         self.workers = {w: WorkerStatus(w) for w in range(num_workers)}
         self.run_states = RunStates(num_workers)  # which state changes count: shared/run_states.py
 
@@ -103,7 +107,8 @@ class StatusBoard:
             last = "" if row["last"] is None else f"{row['last']:.4g}"
             if last and row["scope"] == "global":
                 last += " (global)"
-            cells = [str(row["worker"]), f"<b style='color:{colour}'>{state}</b>",
+            who = html.escape(self.names.get(row["worker"], str(row["worker"])))
+            cells = [who, f"<b style='color:{colour}'>{state}</b>",
                      "" if row["step"] is None else f"{row['step']:g}", last,
                      "" if row["steps_per_s"] is None else f"{row['steps_per_s']:.1f}"]
             style = f" style='background:{_FAILED_BG}'" if failed else ""
@@ -115,7 +120,7 @@ class StatusBoard:
     def text(self) -> str:
         parts = []
         for row in self.rows():
-            text = f"worker {row['worker']}: {row['state']}"
+            text = f"{self.names.get(row['worker'], 'worker ' + str(row['worker']))}: {row['state']}"
             if row["error"]:
                 text += f" ({row['error']})"
             if row["step"] is not None:

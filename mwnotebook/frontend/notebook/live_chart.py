@@ -43,17 +43,18 @@ def preload_in_background() -> None:
     _preload.start()
 
 
-def _new_dashboard(num_workers: int) -> Any:
+def _new_dashboard(num_workers: int, lines: Any = None) -> Any:
     from mwnotebook.dashboard import Dashboard
 
-    return Dashboard(num_workers)
+    return Dashboard(num_workers, lines=lines)
 
 
 class ChartOnFirstMetric:
     """An event sink: no chart until a worker reports a metric; then the full dashboard."""
 
-    def __init__(self, num_workers: int, factory: Callable[[int], Any] = _new_dashboard) -> None:
+    def __init__(self, num_workers: int, factory: Callable[..., Any] = _new_dashboard, lines: Any = None) -> None:
         self.num_workers = num_workers
+        self.lines = lines  # a --ps cluster's worker-server lines (frontend/chart/lines.py), else None
         self._factory = factory
         self._early_states: dict[int, WorkerStateChanged] = {}
         self.dashboard: Any = None
@@ -72,7 +73,8 @@ class ChartOnFirstMetric:
         if self.dashboard is not None:
             return True
         try:
-            self.dashboard = self._factory(self.num_workers)
+            self.dashboard = (self._factory(self.num_workers) if self.lines is None
+                              else self._factory(self.num_workers, self.lines))
         except ImportError:  # a missing library: text output only
             self._factory = lambda n: None
             return False

@@ -207,7 +207,7 @@ class MWMagics(Magics):
         kernels = len(layout_of(spec).cell_tasks())  # a --ps cluster runs the cell in its coordinator only
         name_workers(layout_of(spec).kernel_names())  # [evaluator], [coordinator]
         output = _output_sink(self.shell, kernels, ns.show_tf_startup, clears="clear_output" in cell)
-        chart = None if ns.no_dashboard else ChartOnFirstMetric(kernels)
+        chart = None if ns.no_dashboard else _chart_sink(spec, kernels)
         on_event = _fan_out(*([chart] if chart is not None else []), output)
         late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
         try:
@@ -295,6 +295,14 @@ def _output_sink(shell: Any, num_workers: int, show_startup: bool, clears: bool 
         return WorkerOutputAreas(num_workers, show_startup=show, areas_from_start=clears)
     return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show,
                      num_workers=num_workers)
+
+
+def _chart_sink(spec: ClusterSpec, kernels: int) -> ChartOnFirstMetric:
+    """The cell's live chart; under --ps with a line per worker server too (frontend/chart/lines.py)."""
+    from mwnotebook.frontend.chart.lines import chart_lines  # the chart's modules load on first use
+
+    lines = chart_lines(layout_of(spec))
+    return ChartOnFirstMetric(kernels, lines=lines) if lines.servers else ChartOnFirstMetric(kernels)
 
 
 def _finish(output: EventSink, chart: ChartOnFirstMetric | None, result: RunResult | None) -> None:
