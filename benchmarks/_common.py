@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -17,6 +18,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SEED_CODE = (ROOT / "tests" / "data" / "seed_train.py").read_text()
 SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
+
+
+def printed_value(text: str, name: str) -> float:
+    """The number a cell printed after ``name`` (``steps_per_s 123.4``)."""
+    match = re.search(rf"{name} ([0-9.e+-]+)", text)
+    if not match:
+        raise RuntimeError(f"no {name} in {text[-1000:]!r}")
+    return float(match.group(1))
 
 
 def machine() -> dict[str, Any]:

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import median, write_result
+from _common import median, printed_value, write_result
 
 from mwnotebook import Cluster
 
@@ -80,13 +79,6 @@ print("steps_per_s", STEPS / (time.perf_counter() - t))
 '''
 
 
-def value(text: str, name: str) -> float:
-    match = re.search(rf"{name} ([0-9.e+-]+)", text)
-    if not match:
-        raise RuntimeError(f"no {name} in {text[-1000:]!r}")
-    return float(match.group(1))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
@@ -105,7 +97,7 @@ def main() -> None:
                 t = time.perf_counter()
                 result = cluster.run(cell, timeout=600)
                 cell_s[name].append(time.perf_counter() - t)  # includes the cell end's flush
-                rates[name].append(value(result.stdout(0), "steps_per_s"))
+                rates[name].append(printed_value(result.stdout(0), "steps_per_s"))
                 if name == "scheduled":
                     counts: dict[str, int] = {}
                     for record in result.metrics:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import median, write_result
+from _common import median, printed_value, write_result
 
 from mwnotebook import Cluster
 
@@ -57,20 +56,13 @@ print("steps_per_s", STEPS / (time.perf_counter() - t))
 '''
 
 
-def value(text: str, name: str) -> float:
-    match = re.search(rf"{name} ([0-9.e+-]+)", text)
-    if not match:
-        raise RuntimeError(f"no {name} in {text[-1000:]!r}")
-    return float(match.group(1))
-
-
 def first_step(workers: int) -> dict[str, float]:
     t0 = time.time()
     cluster = Cluster(workers=workers, ps=1, cpu=True)  # what %%mwtrain --ps 1 --workers N does first
     try:
         cluster.start()
         ready = time.time() - t0
-        at = value(cluster.run(FIRST_STEP, timeout=300).stdout(0), "first_step_at")
+        at = printed_value(cluster.run(FIRST_STEP, timeout=300).stdout(0), "first_step_at")
         return {"ready_s": ready, "to_first_step_s": at - t0}
     finally:
         cluster.stop()
@@ -91,7 +83,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for n, cluster in clusters.items():  # alternating, side by side
                 out = cluster.run(TUTORIAL_FIT.replace("STEPS", str(args.steps)), timeout=600).stdout(0)
-                rates[n].append(value(out, "steps_per_s"))
+                rates[n].append(printed_value(out, "steps_per_s"))
         cluster = clusters[2]
         for _ in range(args.repeats):
             victim = cluster.server_pids["worker-0"]
@@ -102,7 +94,7 @@ def main() -> None:
                     raise RuntimeError("worker-0 did not come back within 120 s")
                 time.sleep(0.02)
             recovery.append(time.monotonic() - t)
-        after_kill = value(cluster.run(TUTORIAL_FIT.replace("STEPS", "100"), timeout=600).stdout(0), "steps_per_s")
+        after_kill = printed_value(cluster.run(TUTORIAL_FIT.replace("STEPS", "100"), timeout=600).stdout(0), "steps_per_s")
     finally:
         for cluster in clusters.values():
             cluster.stop()

@@ -22,3 +22,23 @@ for _ in range({steps}):
 coordinator.join()
 print("{label}", float(w.numpy()), flush=True)
 '''
+
+
+#: The parameter-server tutorial's Keras path (DatasetCreator, ``steps_per_epoch``, tf_keras) through
+#: ``mw.ps_strategy()``; ``EPOCHS`` is formatted in by the test (``PS_FIT.replace("EPOCHS", "3")``).
+PS_FIT = r'''
+import tensorflow as tf
+import mwnotebook.worker as mw
+strategy = mw.ps_strategy()
+def dataset_fn(context):
+    x = tf.random.stateless_uniform((256, 8), seed=(1, 2))
+    y = tf.cast(tf.reduce_sum(x, axis=1, keepdims=True) > 4.0, tf.float32)
+    return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(8,)),
+                                 tf.keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(tf.keras.optimizers.SGD(0.5), loss="binary_crossentropy", steps_per_execution=5)
+history = model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn), epochs=EPOCHS,
+                    steps_per_epoch=20, verbose=2)
+print("losses", " ".join(f"{v:.4f}" for v in history.history["loss"]))
+'''

@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from tests._shared.ps_cells import PS_FIT
 from tests.reliability.conftest import Notebook, mw_descendants, wait_gone
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
@@ -23,22 +24,7 @@ pytestmark = [pytest.mark.tf, pytest.mark.slow]
 START = "%mwcluster start --ps 1 --workers {workers} --cpu --coordinator notebook"
 
 #: The parameter-server tutorial's Keras path, run in the notebook's own kernel.
-FIT = r'''
-import tensorflow as tf
-import mwnotebook.worker as mw
-strategy = mw.ps_strategy()
-def dataset_fn(context):
-    x = tf.random.stateless_uniform((256, 8), seed=(1, 2))
-    y = tf.cast(tf.reduce_sum(x, axis=1, keepdims=True) > 4.0, tf.float32)
-    return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(8,)),
-                                 tf.keras.layers.Dense(1, activation="sigmoid")])
-    model.compile(tf.keras.optimizers.SGD(0.5), loss="binary_crossentropy", steps_per_execution=5)
-history = model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn), epochs=EPOCHS,
-                    steps_per_epoch=20, verbose=2)
-print("losses", " ".join(f"{v:.4f}" for v in history.history["loss"]))
-'''
+FIT = PS_FIT
 
 STATUS = ("import json; print(json.dumps([(i.role, i.task, i.address, i.pid, i.state) for i in "
           "get_ipython().find_magic('mwcluster').__self__.session.cluster.status()]))")

@@ -20,25 +20,12 @@ from mwnotebook import Cluster
 from mwnotebook.engine.task_servers import ParameterServerLost
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput
 
+from .._shared.ps_cells import PS_FIT, ps_counter_cell
+
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
 #: The tutorial's Keras path: DatasetCreator, steps_per_epoch, tf_keras.
-FIT = r'''
-import tensorflow as tf
-import mwnotebook.worker as mw
-strategy = mw.ps_strategy()
-def dataset_fn(context):
-    x = tf.random.stateless_uniform((256, 8), seed=(1, 2))
-    y = tf.cast(tf.reduce_sum(x, axis=1, keepdims=True) > 4.0, tf.float32)
-    return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(8,)),
-                                 tf.keras.layers.Dense(1, activation="sigmoid")])
-    model.compile(tf.keras.optimizers.SGD(0.5), loss="binary_crossentropy", steps_per_execution=5)
-history = model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn), epochs=EPOCHS,
-                    steps_per_epoch=20, verbose=2)
-print("losses", " ".join(f"{v:.4f}" for v in history.history["loss"]))
-'''
+FIT = PS_FIT
 
 #: The tutorial's custom loop: the coordinator schedules steps on per-worker datasets.
 LOOP = r'''
@@ -304,21 +291,7 @@ def test_max_restarts_after_a_lost_ps_renews_every_task_and_the_cell_resumes_fro
     assert all(new[t] not in (None, old[t]) for t in old), (old, new)  # every task is new, the ps too
 
 
-STOCK = r'''
-import tensorflow as tf
-resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-strategy = tf.distribute.ParameterServerStrategy(resolver)
-coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-with strategy.scope():
-    w = tf.Variable(0.0)
-@tf.function
-def step():
-    w.assign_add(1.0)
-for _ in range(5):
-    coordinator.schedule(step)
-coordinator.join()
-print("stock", float(w.numpy()))
-'''
+STOCK = ps_counter_cell(5, "stock")
 
 
 def test_stock_tutorial_code_works_once_and_is_refused_with_a_reason_on_rerun_then_nothing_is_left():
