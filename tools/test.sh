@@ -41,11 +41,11 @@ python3 -m pip install -q -e '.[tensorflow-cpu,test]'
 python3 -m ruff check mwnotebook tests benchmarks tools
 python3 -m mypy
 mkdir -p artifacts
-# Two processes: most of the suite's time is waiting on kernels, detection windows and outages, so two
-# share the two cores well. A module runs whole on one process; modules that share a machine-wide
-# resource (the test network's namespaces) run on the same one (tests/_shared/run_groups.py).
+# Three processes on two cores: most of the suite's time is waiting on kernels, detection windows and
+# outages, not computing, and a third process fills waits that two leave idle. A module runs whole on one process; modules that share a session
+# fixture or a machine-wide resource run on the same one (tests/_shared/run_groups.py).
 # Modules are handed out in the suite's own order (--no-loadscope-reorder), not most tests first:
 # that order put the long few-test modules (soaks, lesson notebooks) last, where one process ran
 # them alone; in the suite's order the many short unit tests come last and fill the end.
 # (pytest-benchmark, where a machine has it, warns under xdist; the suite has no benchmark tests.)
-python3 -m pytest -p no:benchmark -n "${MWNOTEBOOK_TEST_PROCESSES:-2}" --dist loadgroup --no-loadscope-reorder -ra --durations=20 "$@"
+python3 -m pytest -p no:benchmark -n "${MWNOTEBOOK_TEST_PROCESSES:-3}" --dist loadgroup --no-loadscope-reorder -ra --durations=20 "$@"

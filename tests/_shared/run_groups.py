@@ -1,6 +1,6 @@
 """Which tests share one pytest-xdist process (``--dist loadgroup``, set by tools/test.sh).
 
-The suite runs on two processes in CI: most of its time is spent waiting (kernels starting, fault
+The suite runs on several processes (three in CI): most of its time is spent waiting (kernels starting, fault
 detection windows, network outages), not computing. A test module is the unit that is sent to a
 process, so its module-scoped fixtures (a cluster, a JupyterLab) are still made once. Modules that
 share a session fixture or a machine-wide resource go to the same process, one after another:
