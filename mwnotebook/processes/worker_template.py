@@ -164,11 +164,13 @@ class Template:
         os.chdir(cwd)
         _reseed_random()
         from mwnotebook.processes import worker_kernel, worker_runtime
+        from mwnotebook.processes.runtime import module_walk
 
         argv = [str(a) for a in request["argv"]]
         # What an exec'd worker does first, while it has one thread: contain its children, fresh
         # collective keys per strategy, complete output, stack dumps on request.
         worker_runtime.install(argv)
+        module_walk.install()  # the kernel takes the template's list of module files: no walk over shared pages
         _die_with_notebook(self.parent_pid, self.parent_fd)
         _show_as_worker(os.getppid())
         sys.argv = [worker_kernel.__file__, *argv]
@@ -296,6 +298,9 @@ def main() -> None:
         bring_loopback_up()
     template.send(event="hello", pid=os.getpid())
     problem = preload()
+    from mwnotebook.processes.runtime import module_walk
+
+    module_walk.remember()
     share_loaded_objects()
     template.send(event="ready", problem=problem, **status())
     template.serve()
