@@ -75,10 +75,24 @@ def module_files() -> list[str]:
     return [*(_template_files or ()), *_files(_later_modules())]
 
 
+_later_cache: tuple[int, list[types.ModuleType]] = (-1, [])
+
+
+def _later_modules_cached() -> list[types.ModuleType]:
+    """:func:`_later_modules`, scanned again only when ``sys.modules`` changed size: autograph asks
+    once per function it converts, and a scan visits every object the worker created (a session's
+    graphs and functions: hundreds of thousands after a few runs of a training cell)."""
+    global _later_cache
+    size = len(sys.modules)
+    if _later_cache[0] != size:
+        _later_cache = (size, _later_modules())
+    return _later_cache[1]
+
+
 def modules_with_file(file: str) -> list[types.ModuleType]:
     """The loaded modules whose ``__file__`` is ``file`` (what a walk over ``sys.modules`` would find)."""
     found = [m for m in _template_by_file.get(file, ()) if getattr(m, "__file__", None) == file]
-    found += [m for m in _later_modules() if getattr(m, "__file__", None) == file]
+    found += [m for m in _later_modules_cached() if getattr(m, "__file__", None) == file]
     return [m for m in found if sys.modules.get(m.__name__) is m]
 
 
