@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 _DONE = object()
+_NOTHING = object()  # the queue was empty
 _live: weakref.WeakSet[Cluster] = weakref.WeakSet()
 
 
@@ -125,15 +126,20 @@ class Cluster:
                                         max_restarts=max_restarts),
             on_event, on_interrupt=lambda: self._loop.call_soon(self._core.request_abort))
 
-    def _run_with_events(self, make_coro: Callable[[EventSink], Coroutine[Any, Any, _T]],
+    def _run_with_events(self, make_coro: Callable[[EventSink | None], Coroutine[Any, Any, _T]],
                          on_event: EventSink | None, on_interrupt: Callable[[], None]) -> _T:
         """Run a core coroutine; hand its events to ``on_event`` in this thread as they come.
+
+        Without ``on_event`` the events stay in the loop thread (the core drops them): this thread
+        then wakes only for the end and for Ctrl-C, not twice per worker per cell (each wake-up a
+        hand-over of the GIL with the loop thread that reads the workers' replies). With it, each
+        wake-up delivers every event already queued.
 
         The first Ctrl-C calls ``on_interrupt`` (and keeps waiting for the coroutine to wind down);
         a second one kills every worker and re-raises.
         """
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        future = self._loop.submit(make_coro(events.put))
+        future = self._loop.submit(make_coro(events.put) if on_event is not None else make_coro(None))
         future.add_done_callback(lambda _f: events.put(_DONE))
         interrupts = 0
         with SigintToQueue(events):
@@ -144,11 +150,17 @@ class Cluster:
                     continue
                 except KeyboardInterrupt:  # not the main thread, or someone else's SIGINT handler
                     item = INTERRUPT
+                while item is not _DONE and item is not INTERRUPT:
+                    _deliver(on_event, item)
+                    try:
+                        item = events.get_nowait()
+                    except queue.Empty:
+                        item = _NOTHING
+                        break
+                if item is _NOTHING:
+                    continue
                 if item is _DONE:
                     break
-                if item is not INTERRUPT:
-                    _deliver(on_event, item)
-                    continue
                 interrupts += 1
                 if interrupts == 1:
                     on_interrupt()

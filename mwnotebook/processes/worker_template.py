@@ -164,11 +164,13 @@ class Template:
         os.chdir(cwd)
         _reseed_random()
         from mwnotebook.processes import worker_kernel, worker_runtime
+        from mwnotebook.processes.runtime import module_walk
 
         argv = [str(a) for a in request["argv"]]
         # What an exec'd worker does first, while it has one thread: contain its children, fresh
         # collective keys per strategy, complete output, stack dumps on request.
         worker_runtime.install(argv)
+        module_walk.install()  # the kernel takes the template's list of module files: no walk over shared pages
         _die_with_notebook(self.parent_pid, self.parent_fd)
         _show_as_worker(os.getppid())
         sys.argv = [worker_kernel.__file__, *argv]
@@ -252,14 +254,51 @@ def preload() -> str:
     import ipykernel.kernelapp  # noqa: F401
 
     # What a kernel imports while it initialises (measured: 0.42 -> 0.15 s of CPU per forked worker,
-    # most of it debugpy's vendored pydevd, which ipykernel's debugger loads). None starts a thread.
+    # most of it debugpy's vendored pydevd, which ipykernel's debugger loads), and what the forked
+    # child imports before its kernel runs: shared by all workers instead of one copy each. None
+    # starts a thread or runs anything at import.
     for name in ("ipykernel.debugger", "IPython.core.completerlib", "tornado.platform.asyncio",
-                 "mwnotebook.worker._lifetime"):
+                 "mwnotebook.worker._lifetime", *WORKER_START_MODULES):
         try:
             importlib.import_module(name)
         except Exception:
             pass
+    if not problem and "tf_keras" in sys.modules:
+        _resolve_tf_keras()
     return problem
+
+
+#: Imported by a forked worker between the fork and its first cell (processes/worker_runtime.py,
+#: worker_hooks.py and what they install).
+WORKER_START_MODULES = (
+    "mwnotebook.processes.worker_kernel", "mwnotebook.processes.worker_runtime",
+    "mwnotebook.processes.worker_hooks", "mwnotebook.processes.runtime.collective_keys",
+    "mwnotebook.processes.runtime.containment", "mwnotebook.processes.runtime.keras_global_logs",
+    "mwnotebook.processes.runtime.output", "mwnotebook.processes.runtime.ps_guard",
+    "mwnotebook.processes.runtime.reply", "mwnotebook.processes.runtime.stack_signal",
+    "mwnotebook.processes.runtime.module_walk", "mwnotebook.config.tf_config",
+)
+
+#: Loaded the first time a cell reaches them (``tf.keras.*`` resolves TensorFlow's lazy loader to
+#: tf_keras' API modules, ~75 of them; a layer's base class; ``Dataset.shard``): measured in a
+#: worker after the seed cell, 2 MiB and 0.02 s of imports that each worker did for itself.
+TF_KERAS_FIRST_USE_MODULES = (
+    "tf_keras.src.engine.base_layer_v1", "tensorflow.python.data.ops.shard_op",
+    "multiprocessing.queues", "multiprocessing.synchronize",
+)
+
+
+def _resolve_tf_keras() -> None:
+    """Resolve ``tf.keras`` (an import only: TensorFlow's lazy loader imports tf_keras' API package
+    when ``TF_USE_LEGACY_KERAS=1``; no op, no context) and the modules its first use imports."""
+    try:
+        import tensorflow
+
+        tensorflow.keras.__name__  # noqa: B018  (the attribute access is the import)
+        for name in TF_KERAS_FIRST_USE_MODULES:
+            importlib.import_module(name)
+    except Exception:
+        pass
 
 
 def share_loaded_objects() -> None:
@@ -296,6 +335,9 @@ def main() -> None:
         bring_loopback_up()
     template.send(event="hello", pid=os.getpid())
     problem = preload()
+    from mwnotebook.processes.runtime import module_walk
+
+    module_walk.remember()
     share_loaded_objects()
     template.send(event="ready", problem=problem, **status())
     template.serve()

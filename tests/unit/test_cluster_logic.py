@@ -74,3 +74,31 @@ def test_diagnoses():
     d = diagnose("ModuleNotFoundError", "No module named 'tensorflow'")
     assert d is not None and "not installed" in d.hint
     assert diagnose("ValueError", "boom") is None
+
+
+def test_events_reach_the_callers_thread_only_when_someone_observes_them():
+    """Without an observer the core gets no sink (its events never wake the caller's thread);
+    with one, every event arrives, in order, even when several were queued at once."""
+    import threading
+
+    from mwnotebook import Cluster
+
+    cluster = Cluster(workers=2, cpu=True)
+    run_with_events = cluster._run_with_events  # noqa: SLF001 -- the facade's event hand-over, no workers
+    sinks = []
+
+    async def emit_five(sink):
+        sinks.append(sink)
+        for i in range(5):
+            if sink is not None:
+                sink(i)
+        return "done"
+
+    assert run_with_events(emit_five, None, on_interrupt=lambda: None) == "done"
+    assert sinks == [None]
+    seen = []
+    caller = threading.get_ident()
+    result = run_with_events(emit_five, lambda e: seen.append((e, threading.get_ident())),
+                             on_interrupt=lambda: None)
+    assert result == "done"
+    assert seen == [(i, caller) for i in range(5)]
