@@ -45,10 +45,18 @@ class DroppedValue(Exception):
     """A RemoteValue whose closure was aborted or failed: its record is dropped."""
 
 
+#: Per type: is it a RemoteValue? (``report`` checks every value of every step: one lookup then.)
+_REMOTE_TYPES: dict[type, bool] = {}
+
+
 def is_remote(value: Any) -> bool:
     """True for a ``RemoteValue`` (duck-typed: TensorFlow is not imported here)."""
     cls = type(value)
-    return hasattr(cls, "fetch") and any(base.__name__ == "RemoteValue" for base in cls.__mro__)
+    known = _REMOTE_TYPES.get(cls)
+    if known is None:
+        known = _REMOTE_TYPES[cls] = hasattr(cls, "fetch") and any(
+            base.__name__ == "RemoteValue" for base in cls.__mro__)
+    return known
 
 
 def _remotes(step: Any, values: Mapping[str, Any]) -> Iterator[Any]:

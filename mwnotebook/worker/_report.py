@@ -199,7 +199,7 @@ class Reporter:
         RemoteValues are not ready stay buffered; with ``wait`` > 0, wait that many seconds at most
         for them, then drop (and log) those still not ready."""
         with self._publish_lock:  # one flush at a time, so batches go out in order
-            if wait > 0:
+            if wait > 0 and self._remote_buffered:
                 with self._lock:
                     pending = [(step, values) for step, _stamp, values in self._buffer]
                 if not wait_remote(pending, self._clock() + wait, self._clock):
