@@ -38,6 +38,7 @@ from mwnotebook.processes.runtime import containment
 from mwnotebook.processes.runtime.after_import import marked
 from tensorflow.python.distribute import collective_all_reduce_strategy as _mw_cars
 from ipykernel.kernelapp import IPKernelApp
+from ipykernel.ipkernel import IPythonKernel
 print("PROBE " + json.dumps({
     "mwnotebook": mwnotebook.__file__,
     "argv0": sys.argv[0],
@@ -47,6 +48,7 @@ print("PROBE " + json.dumps({
     "containment": containment.mode,
     "leads_group": os.getpgrp() == os.getpid(),
     "iopub_hwm": IPKernelApp.instance().iopub_socket.getsockopt(zmq.SNDHWM),
+    "no_module_walk": marked(IPythonKernel.__init__, "mwnotebook_no_module_walk"),
 }), flush=True)
 '''
 
@@ -115,6 +117,13 @@ def test_descendants_are_contained_and_iopub_never_drops(probe: list[dict]) -> N
     for state in probe:
         assert state["leads_group"] and state["containment"] == "process-group", state
         assert state["iopub_hwm"] == 0, state  # no high-water mark: output queues instead of being dropped
+
+
+def test_forked_kernels_use_the_templates_module_list(probe: list[dict], request: pytest.FixtureRequest) -> None:
+    """A kernel forked from the host's template lists its modules from the template's list (no walk
+    over the shared pages, processes/runtime/module_walk.py); a fresh one walks as usual."""
+    forked = request.node.callspec.params["remote_cluster"]
+    assert [s["no_module_walk"] for s in probe] == [forked] * 2, probe
 
 
 def test_sigusr2_dumps_the_stacks_beside_the_connection_file(remote_cluster: Cluster) -> None:

@@ -132,10 +132,12 @@ def watch_group(worker: int) -> None:
         os.killpg(worker, signal.SIGKILL)
         os._exit(0)
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)  # signals sent to the group are for the worker
-    signal.signal(signal.SIGUSR1, kill_group)
-    if not die_with_parent(signal.SIGUSR1):
+    # SIGWINCH: no process group of a worker has a terminal that would send it (the same signal as
+    # the shell watchdog's, processes/runtime/containment.py)
+    signal.signal(signal.SIGWINCH, kill_group)
+    if not die_with_parent(signal.SIGWINCH):
         os._exit(1)
     if os.getppid() != worker:
         kill_group()

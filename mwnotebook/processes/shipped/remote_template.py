@@ -61,7 +61,10 @@ KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugg
 #: (engine/bootstrap.py ``HOOKS_CODE``).
 WORKER_MODULES = ("mwnotebook.processes.worker_kernel",
                   *(f"mwnotebook.processes.runtime.{name}" for name in (
-                      "collective_keys", "containment", "output", "ps_guard", "stack_signal")))
+                      "collective_keys", "containment", "module_walk", "output", "ps_guard", "stack_signal")))
+#: Where importable: the template lists the loaded modules once and its children's kernels use that
+#: list instead of walking every module over pages shared with the template (see that module).
+MODULE_WALK = "mwnotebook.processes.runtime.module_walk"
 #: ``0`` in the template's environment leaves its objects unfrozen (to measure the difference:
 #: benchmarks/remote_template_freeze.py); anything else, or unset, freezes them.
 FREEZE_ENV = "MWNOTEBOOK_TEMPLATE_GC_FREEZE"
@@ -371,6 +374,8 @@ def worker_kernel(argv: list[str]) -> Callable[[], None]:
         return lambda: kernelapp.launch_new_instance(argv)
     sys.argv = [str(kernel_module.__file__), *argv]
     worker_runtime.install(argv)
+    if MODULE_WALK in sys.modules:
+        sys.modules[MODULE_WALK].install()
     return lambda: kernel_module.serve(argv)
 
 
@@ -390,6 +395,8 @@ def run(config: dict[str, Any], send: Callable[..., None], silence_limit: float)
     template = Template(send, silence_limit)
     try:
         problem = preload(list(config.get("preload", [])))
+        if MODULE_WALK in sys.modules:
+            sys.modules[MODULE_WALK].remember()  # before the freeze, as the local template does
         share_loaded_objects()
         send("ready", socket=template.path, problem=problem, python=sys.executable, **loaded_state())
         template.serve()
