@@ -9,9 +9,11 @@ For each N, one after the other in this process (the template is started first a
   line with ``replicas=N`` -- and a second (warm) run of it;
 * a no-op cell (``Cluster.run("pass")``, median of ``--noop-repeats``);
 * the sum of the workers' PSS (``psutil`` ``memory_full_info().pss``) after the seed cell, kernels
-  and each kernel's own child processes, plus the template's.
+  and each kernel's own child processes, and the template's PSS at the same moment.
 
-PSS per extra worker is the slope between consecutive N. Writes benchmarks/results/scale_workers.json.
+PSS per extra worker is the slope between consecutive N: of the workers' sum, and of the workers'
+sum plus the template's (what an extra worker costs the machine: the template's pages are counted
+once in all, split among the processes sharing them, so the template's own PSS falls as N grows). Writes benchmarks/results/scale_workers.json.
 Not a test: it asserts nothing except the seed's lines.
 """
 
@@ -56,7 +58,7 @@ def check_seed(result: Any, n: int) -> None:
             raise RuntimeError(f"worker {i} did not print the seed's line with replicas={n}:\n{out[-2000:]}")
 
 
-def measure(n: int, repeats: int) -> dict[str, Any]:
+def measure(n: int, repeats: int, template_pid: int) -> dict[str, Any]:
     row: dict[str, Any] = {"workers": n}
     cluster = Cluster(workers=n, cpu=True)
     try:
@@ -72,6 +74,9 @@ def measure(n: int, repeats: int) -> dict[str, Any]:
         sizes = [pss(pid) for pid in pids]
         row["pss_kernels_mib"] = round(sum(s[0] for s in sizes) / MIB, 1)
         row["pss_kernel_children_mib"] = round(sum(s[1] for s in sizes) / MIB, 1)
+        # The template shares its pages with the N workers: its own PSS falls as N grows, so what an
+        # extra worker costs the machine is the slope of workers + template.
+        row["template_pss_with_workers_mib"] = round(pss(template_pid)[0] / MIB, 1)
         started = time.perf_counter()
         result = cluster.run(SEED_CODE, timeout=900)
         row["seed_warm_s"] = round(time.perf_counter() - started, 3)
@@ -105,7 +110,7 @@ def main() -> None:
         raise SystemExit("no worker template could be started here")
     rows = []
     for n in args.workers:
-        rows.append(measure(n, args.noop_repeats))
+        rows.append(measure(n, args.noop_repeats, template.pid))
         rows[-1]["template_pss_mib"] = round(pss(template.pid)[0] / MIB, 1)
         rows[-1]["load_average"] = os.getloadavg()
         print(rows[-1], flush=True)
@@ -113,6 +118,10 @@ def main() -> None:
         row["pss_per_extra_worker_mib"] = round(
             (row["pss_kernels_mib"] + row["pss_kernel_children_mib"]
              - prev["pss_kernels_mib"] - prev["pss_kernel_children_mib"]) / (row["workers"] - prev["workers"]), 1)
+        row["pss_per_extra_worker_with_template_mib"] = round(
+            (row["pss_kernels_mib"] + row["pss_kernel_children_mib"] + row["template_pss_with_workers_mib"]
+             - prev["pss_kernels_mib"] - prev["pss_kernel_children_mib"] - prev["template_pss_with_workers_mib"])
+            / (row["workers"] - prev["workers"]), 1)
     by_n = {r["workers"]: r for r in rows}
     ratios = {}
     if 8 in by_n:
@@ -124,7 +133,8 @@ def main() -> None:
     for row in rows:
         print(f"N={row['workers']}: ready {row['ready_s']:.2f} s, seed {row['seed_cold_s']:.1f} s cold / "
               f"{row['seed_warm_s']:.1f} s warm, no-op {row['noop_ms']:.1f} ms, PSS {row['pss_kernels_mib']:.0f} + "
-              f"{row['pss_kernel_children_mib']:.0f} MiB (per extra worker {row.get('pss_per_extra_worker_mib', '-')})")
+              f"{row['pss_kernel_children_mib']:.0f} MiB (per extra worker {row.get('pss_per_extra_worker_mib', '-')}; "
+              f"with the template's share {row.get('pss_per_extra_worker_with_template_mib', '-')})")
     print(ratios)
     print(f"written to {path}")
 
