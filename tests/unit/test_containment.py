@@ -124,6 +124,33 @@ def test_a_grandchild_ends_when_its_worker_exits_normally(program: str) -> None:
         _end(worker, grandchild, watchdog)
 
 
+EXIT_AT_ONCE = textwrap.dedent("""
+    import os, subprocess, sys
+    from mwnotebook.processes.runtime import containment
+    if sys.argv[1] == "python":
+        containment.SHELL = "/nonexistent/sh"
+    grandchild = subprocess.Popen(["sleep", "1021"])
+    print(grandchild.pid, flush=True)
+    containment.install()
+    os._exit(0)  # before the watchdog can have set itself up
+""")
+
+
+@pytest.mark.parametrize("program", ["shell", "python"])
+def test_a_worker_that_dies_while_its_watchdog_starts_still_takes_its_grandchild(program: str) -> None:
+    """The worker is gone before, while or after the watchdog arms its death signal: whichever it
+    was, the watchdog's own look at its parent or the signal must end the group."""
+    worker = subprocess.Popen([sys.executable, "-c", EXIT_AT_ONCE, program], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    assert worker.stdout is not None
+    grandchild = int(worker.stdout.readline())
+    try:
+        assert worker.wait(HANG_BOUND) == 0
+        assert _wait_gone(grandchild), "the grandchild outlived a worker that died at once"
+    finally:
+        _end(worker, grandchild)
+
+
 def test_the_shell_watchdog_is_small() -> None:
     """Why the shell is the default (not a timing: a size, read once; the figure is in the module's
     docstring). A Python interpreter alone is several MiB of private memory."""

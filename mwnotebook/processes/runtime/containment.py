@@ -49,10 +49,11 @@ mode = "none"
 
 #: The watchdog's program, run as ``sh -c SHELL_WATCHDOG mwnotebook-watchdog WORKER_PID``. Signals
 #: sent to the worker's group are for the worker: ignored. The parent is read from /proc after the
-#: trap is set, so a death before that is seen too. fd 0 is a pipe whose write end is fd 3.
+#: trap is set, so a death before that is seen too (without /proc the group is left alone: only that
+#: first millisecond goes unwatched). fd 0 is a pipe whose write end is fd 3.
 SHELL_WATCHDOG = (
     "trap '' INT TERM HUP QUIT USR1 USR2; trap 'kill -KILL -$1; exit 0' WINCH; "
-    "read -r _ _ _ parent _ < /proc/$$/stat; [ \"$parent\" = \"$1\" ] || kill -KILL -$1; "
+    "if read -r _ _ _ parent _ < /proc/$$/stat && [ \"$parent\" != \"$1\" ]; then kill -KILL -$1; fi; "
     "while :; do read -r _; done"
 )
 SHELL = "/bin/sh"
