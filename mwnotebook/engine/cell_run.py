@@ -38,7 +38,9 @@ LIVENESS_POLL_SECONDS = 0.2
 #: How long interrupted workers get to stop before the group is restarted.
 INTERRUPT_GRACE_SECONDS = 2.0
 #: After one worker fails, how long the others may take to finish by themselves (the same error
-#: everywhere arrives a few milliseconds apart) before they are interrupted.
+#: everywhere arrives a few milliseconds apart) before they are interrupted. One that is later still
+#: (a loaded machine) and then ends with that same error is not counted as interrupted
+#: (``CellRun._keep_late_identical_errors``).
 SETTLE_SECONDS = 0.5
 
 
@@ -147,6 +149,8 @@ class CellRun:
         if trigger in ("failure", "died"):
             await self._settle(tasks)
         await self._stop_the_rest(tasks)
+        if trigger == "failure":
+            self._keep_late_identical_errors()
         if stacks is None and self.unresponsive:
             stacks = await dump_stacks([w for w in self.workers if w.index in self.unresponsive], self.code)
         self.result.elapsed = time.monotonic() - self.started
@@ -267,6 +271,18 @@ class CellRun:
             if not task.done():
                 task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+    def _keep_late_identical_errors(self) -> None:
+        """Interrupted workers whose cell ended with the very error that a worker raised on its own
+        were not stopped by the interrupt: the same error everywhere, only later (a loaded machine
+        can delay a reply past SETTLE_SECONDS, and a kernel not yet running the cell ignores the
+        interrupt). They count as raising it, and do not spoil the workers. Any other ending of an
+        interrupted worker (KeyboardInterrupt, another error) stays an interruption."""
+        raised = {(o.ename, o.evalue) for i, o in enumerate(self.result.outcomes)
+                  if o is not None and o.status != "ok" and i not in self.interrupted
+                  and o.ename != "KeyboardInterrupt" and not is_consequential(o.ename)}
+        self.interrupted = {i for i in self.interrupted
+                            if (o := self.result.outcomes[i]) is None or (o.ename, o.evalue) not in raised}
 
     def _failures(self, trigger: Trigger) -> list[WorkerFailure]:
         """Each worker's fault, the cause first (see :func:`mwnotebook.errors.order_failures`)."""

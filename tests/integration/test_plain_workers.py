@@ -90,6 +90,25 @@ def test_same_error_everywhere_keeps_the_workers(cluster):
     assert cluster.run("print(kept + 1)").stdout(1) == "42\n"
 
 
+def test_the_same_error_arriving_late_keeps_the_workers(cluster):
+    """What a loaded machine does to a cell that fails the same way everywhere: one worker's error
+    comes after the 0.5 s settle window, and the interrupt that follows finds its kernel not running
+    anything it could stop. Here worker 1 is late on purpose and ignores the interrupt the same way:
+    its NameError is the others', so the workers and their variables are kept."""
+    pids = [info.pid for info in cluster.status()]
+    cluster.run("kept_late = 7")
+    code = ("import os, signal, time\nif os.environ['MWNOTEBOOK_WORKER_INDEX'] == '1':\n"
+            "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(1.0)\n"
+            "    signal.signal(signal.SIGINT, signal.default_int_handler)\nundefined_late_name")
+    with pytest.raises(WorkerError) as info:
+        cluster.run(code)
+    assert sorted((f.worker, f.kind, f.ename) for f in info.value.failures) == [
+        (i, "error", "NameError") for i in range(3)], info.value.failures
+    assert not info.value.restarted
+    assert [info.pid for info in cluster.status()] == pids
+    assert cluster.run("print(kept_late)").stdout(1) == "7\n"
+
+
 def test_timeout_bounds_the_cell(cluster):
     code = "import os, time\nif os.environ['MWNOTEBOOK_WORKER_INDEX'] == '1':\n    time.sleep(600)"
     started = time.monotonic()

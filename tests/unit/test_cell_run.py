@@ -239,6 +239,26 @@ def test_the_same_error_everywhere_keeps_the_workers_and_is_shown_once() -> None
     assert sum("frame_0" in line for line in lines) == 1
 
 
+def test_the_same_error_after_the_settle_window_keeps_the_workers() -> None:
+    """A loaded machine can delay one worker's reply past SETTLE_SECONDS: that worker is interrupted,
+    but its cell ends with the very error the other raised on its own, so it raised it too."""
+    reply = error_reply("NameError", "name 'x' is not defined")
+    late = FakeWorker(1, reply, delay=0.1)  # after the 0.05 s settle window, within the 0.2 s grace
+    verdict, _ = run_cell(FakeWorker(0, reply), late)
+    assert late.handle.interrupts == 1
+    assert [(f.worker, f.kind) for f in verdict.failures] == [(0, "error"), (1, "error")]
+    assert not verdict.workers_spoiled
+    lines = render_failures_plain(verdict.error(restarted=False)._render_traceback_())
+    assert lines[0] == "[workers 0, 1] workers 0, 1 raised NameError: name 'x' is not defined"
+
+
+def test_another_ending_after_the_interrupt_stays_an_interruption() -> None:
+    late = FakeWorker(1, error_reply("ValueError", "raised while interrupted"), delay=0.1)
+    verdict, _ = run_cell(FakeWorker(0, error_reply("NameError", "name 'x' is not defined")), late)
+    assert [(f.worker, f.kind) for f in verdict.failures] == [(0, "error"), (1, "interrupted")]
+    assert verdict.workers_spoiled
+
+
 def test_different_errors_are_all_shown_cause_first() -> None:
     verdict, _ = run_cell(FakeWorker(0, error_reply("KeyError", "'label'"), delay=0.04),
                           FakeWorker(1, error_reply("ValueError", "bad shape"), delay=0.01))

@@ -95,3 +95,73 @@ def test_shipped_files_get_the_package_copy_when_imported() -> None:
     from mwnotebook.processes.shipped import remote_agent, remote_template
 
     assert remote_agent.remote_kernel.owner_watch is owner_watch and remote_template.owner_watch is owner_watch
+
+
+BUSY = """
+import os, sys, time
+sys.path.insert(0, {shipped!r})
+import owner_watch
+undo = owner_watch.exit_on_hangup(0, lambda: os._exit(5))
+print("armed", flush=True)
+started = time.monotonic()
+while time.monotonic() - started < {busy_s}:  # busy in Python, reading nothing (like an import)
+    pass
+undo()
+print("not noticed", flush=True)
+"""
+
+
+def _busy_reader(busy_s: float) -> subprocess.Popen[str]:
+    code = BUSY.format(shipped=str(Path(owner_watch.__file__).parent), busy_s=busy_s)
+    proc = subprocess.Popen([sys.executable, "-I", "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "armed\n"
+    return proc
+
+
+def test_exit_on_hangup_fires_when_the_channel_closes_while_busy() -> None:
+    proc = _busy_reader(HANG_BOUND)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("ping 30\n")  # data is not a hang-up
+    proc.stdin.flush()
+    time.sleep(0.3)
+    assert proc.poll() is None, "data on the channel ended the process"
+    proc.stdin.close()
+    assert proc.wait(HANG_BOUND) == 5
+    proc.stdout.close()
+
+
+def test_exit_on_hangup_is_undone() -> None:
+    proc = _busy_reader(0.5)
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.readline() == "not noticed\n"
+    proc.stdin.close()
+    assert proc.wait(HANG_BOUND) == 0
+    proc.stdout.close()
+
+
+def test_a_remote_template_ends_when_its_channel_closes_while_it_loads(tmp_path: Path) -> None:
+    """The template's imports take seconds (TensorFlow) with nothing reading its channel: a launcher
+    that closes the channel then (a failed start) must not leave it loading on the host."""
+    (tmp_path / "mw_slow_module.py").write_text(
+        "import time\nstarted = time.monotonic()\nwhile time.monotonic() - started < 60:\n    pass\n")
+    code = (f"import sys\nsys.path[:0] = [{str(Path(owner_watch.__file__).parent)!r}, {str(tmp_path)!r}]\n"
+            "import remote_template\n"
+            "remote_template.run({'preload': ['mw_slow_module'], 'env': {}}, lambda *a, **k: None, 0)\n"
+            "print('loaded', flush=True)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-I", "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        deadline = time.monotonic() + HANG_BOUND
+        while not list(tmp_path.glob("mwnotebook-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the template made its socket's directory: it is loading now
+        assert list(tmp_path.glob("mwnotebook-*")), "the template did not start"
+        proc.stdin.close()
+        assert proc.wait(HANG_BOUND) == 0 and proc.stdout.read() == ""
+        assert not list(tmp_path.glob("mwnotebook-*")), "the template left its socket's directory"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()

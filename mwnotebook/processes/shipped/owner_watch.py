@@ -13,6 +13,8 @@ an owner with these tools:
 - :func:`watch_process`: a daemon thread that notices any other process is gone: a pidfd where
   the kernel has them (no polling), else a poll of ``/proc`` (a zombie counts as gone). Kernels
   forked from a template watch the process they work for, not their parent, the template.
+- :func:`exit_on_hangup`: no thread, a signal when the launcher's channel closes while the process
+  is busy (a remote template's imports).
 
 Run as a program, ``python -S owner_watch.py WORKER_PID`` is the watchdog of a worker's process
 group (``processes/runtime/containment.py``): it kills the group when the worker dies.
@@ -123,6 +125,37 @@ def watch_process(pid: int, on_gone: Callable[[], object], pidfd: int | None = N
         on_gone()
 
     _start(name, loop)
+
+
+def exit_on_hangup(fd: int, on_gone: Callable[[], object]) -> Callable[[], None]:
+    """Call ``on_gone()`` (which ends this process) as soon as the other end of ``fd`` (a pipe or a
+    socket this process reads) is closed, while the main thread does something else: a ``SIGIO``
+    for ``fd`` (``O_ASYNC``), no thread. For a process busy for seconds (a remote template
+    importing TensorFlow) that must not start threads (it forks). Data that arrives meanwhile is
+    left unread. Returns the undo; a no-op where there is no ``O_ASYNC`` (not Linux)."""
+    import fcntl
+
+    if not hasattr(os, "O_ASYNC") or not hasattr(signal, "SIGIO"):
+        return lambda: None
+    hangup = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+
+    def check(*_: object) -> None:
+        poller = select.poll()
+        poller.register(fd, hangup)
+        if any(events & hangup for _, events in poller.poll(0)):
+            on_gone()
+
+    previous = signal.signal(signal.SIGIO, check)
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_ASYNC)
+    check()  # closed already
+
+    def undo() -> None:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        signal.signal(signal.SIGIO, previous)
+
+    return undo
 
 
 def watch_group(worker: int) -> None:

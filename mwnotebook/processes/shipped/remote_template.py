@@ -379,6 +379,11 @@ def worker_kernel(argv: list[str]) -> Callable[[], None]:
     return lambda: kernel_module.serve(argv)
 
 
+def _end_now(template: Template) -> None:
+    template.close()
+    os._exit(0)
+
+
 def _kill_own_group() -> None:
     os.killpg(0, signal.SIGKILL)
 
@@ -394,10 +399,16 @@ def run(config: dict[str, Any], send: Callable[..., None], silence_limit: float)
     follow_pythonpath(os.environ)
     template = Template(send, silence_limit)
     try:
-        problem = preload(list(config.get("preload", [])))
-        if MODULE_WALK in sys.modules:
-            sys.modules[MODULE_WALK].remember()  # before the freeze, as the local template does
-        share_loaded_objects()
+        # Loading takes seconds (TensorFlow), and nothing reads stdin meanwhile: a launcher that
+        # closes the channel then (a failed start, the notebook gone) must not leave it importing.
+        loaded = owner_watch.exit_on_hangup(0, lambda: _end_now(template))
+        try:
+            problem = preload(list(config.get("preload", [])))
+            if MODULE_WALK in sys.modules:
+                sys.modules[MODULE_WALK].remember()  # before the freeze, as the local template does
+            share_loaded_objects()
+        finally:
+            loaded()
         send("ready", socket=template.path, problem=problem, python=sys.executable, **loaded_state())
         template.serve()
     finally:
