@@ -15,6 +15,7 @@ Why these commands:
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -143,6 +144,21 @@ def node_info_argv(nodes: Sequence[str]) -> list[str]:
 
 def scancel_argv(job_id: str) -> list[str]:
     return ["scancel", job_id]
+
+
+def unique_job_name() -> str:
+    """``mwnotebook-`` and 8 random hex digits: the name of one allocation request, by which it can be
+    withdrawn before salloc has printed its job id (:func:`scancel_by_name_argv`)."""
+    return f"mwnotebook-{secrets.token_hex(4)}"
+
+
+def job_name_of(salloc: Sequence[str]) -> str | None:
+    """The ``--job-name=`` of a salloc command line (None without one)."""
+    return next((a.split("=", 1)[1] for a in salloc if a.startswith("--job-name=")), None)
+
+
+def scancel_by_name_argv(job_name: str) -> list[str]:
+    return ["scancel", f"--name={job_name}"]
 
 
 def reaper_argv(job_id: str, silence_limit: float | None = None) -> list[str]:

@@ -5,8 +5,10 @@ that import it (processes/shipped/__init__.py ``bundle``) to where mwnotebook is
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -149,19 +151,21 @@ def test_a_remote_template_ends_when_its_channel_closes_while_it_loads(tmp_path:
             "import remote_template\n"
             "remote_template.run({'preload': ['mw_slow_module'], 'env': {}}, lambda *a, **k: None, 0)\n"
             "print('loaded', flush=True)\n")
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    sockets = Path(tempfile.mkdtemp(prefix="mwow-", dir="/tmp"))  # a unix socket path must stay short
+    env = {**os.environ, "TMPDIR": str(sockets)}
     proc = subprocess.Popen([sys.executable, "-I", "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True, env=env)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         deadline = time.monotonic() + HANG_BOUND
-        while not list(tmp_path.glob("mwnotebook-*")) and time.monotonic() < deadline:
+        while not list(sockets.glob("mwnotebook-*")) and time.monotonic() < deadline:
             time.sleep(0.05)  # the template made its socket's directory: it is loading now
-        assert list(tmp_path.glob("mwnotebook-*")), "the template did not start"
+        assert list(sockets.glob("mwnotebook-*")), "the template did not start"
         proc.stdin.close()
         assert proc.wait(HANG_BOUND) == 0 and proc.stdout.read() == ""
-        assert not list(tmp_path.glob("mwnotebook-*")), "the template left its socket's directory"
+        assert not list(sockets.glob("mwnotebook-*")), "the template left its socket's directory"
     finally:
         proc.kill()
         proc.wait()
         proc.stdout.close()
+        shutil.rmtree(sockets, ignore_errors=True)

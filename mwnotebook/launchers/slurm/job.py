@@ -104,9 +104,13 @@ class SlurmAllocation:
                 proc.terminate()  # salloc withdraws a pending request on SIGTERM (where it gets it)
             if job:
                 await _cancel(shell, job)  # ends salloc too, also where sshd passes no signals
+            else:  # queued, perhaps, but its id not read yet (a signal may not reach salloc over SSH)
+                await _cancel_by_name(shell, argv)
             if proc.returncode is None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(proc.wait(), 10)
+            if not job:
+                await _cancel_by_name(shell, argv)  # queued while salloc was being stopped
             raise
         finally:
             aborted.cancel()
@@ -214,6 +218,19 @@ class SlurmAllocation:
             reaper.close_stdin()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(reaper.wait(), 15)
+
+
+async def _cancel_by_name(shell: SlurmShell, salloc: Sequence[str]) -> None:
+    """Withdraw a request whose job id is not known, by its unique job name (config/slurm_options.py
+    ``unique_job_name``); a shared name could belong to other notebooks' jobs, so none is cancelled."""
+    name = cmd.job_name_of(salloc)
+    if not name or name == "mwnotebook":
+        return
+    try:
+        await shell.run(cmd.scancel_by_name_argv(name), 15)
+        log.info("cancelled the Slurm request named %s", name)
+    except ClusterStartError as exc:
+        log.warning("could not cancel the Slurm request named %s: %s", name, exc)
 
 
 async def _cancel(shell: SlurmShell, job: str) -> None:

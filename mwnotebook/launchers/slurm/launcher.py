@@ -79,7 +79,7 @@ class SlurmLauncher:
         self.cwd = cwd or os.getcwd()
         self._job_id = cmd.check_job_id(job_id) if job_id else None
         self._salloc = cmd.salloc_argv(cmd.split_salloc_args(salloc_args or ""), workers,
-                                       workers_per_host, gpus_per_worker)
+                                       workers_per_host, gpus_per_worker, job_name=cmd.unique_job_name())
         self.allocation: SlurmAllocation | None = None
         self.placement: list[str] = []
         self._holders: list[SrunAgent] = []
