@@ -12,10 +12,10 @@ group. The watchdog asks the kernel for a signal when its parent, the worker, di
 worker's process group: every descendant that stayed in it, i.e. everything a cell starts with
 ``subprocess``/``os.system``/``multiprocessing`` unless it asks for a new session.
 
-The watchdog is a POSIX shell (:data:`SHELL_WATCHDOG`), one per worker: measured with psutil, 0.35
-MiB of PSS against 4.3 MiB for ``python -S owner_watch.py``, which stays the fallback where there is
-no ``/bin/sh``. The death signal is set in the forked child before it execs the shell (it survives
-``execve``). It is SIGWINCH, whose default action is to do nothing: one that arrives before the
+The watchdog is a POSIX shell (:data:`SHELL_WATCHDOG`), one per worker: 0.2 MiB of PSS per worker
+against 4.6 MiB for ``python -S owner_watch.py`` (benchmarks/watchdog_memory.py), which stays the
+fallback where there is no ``/bin/sh``. The death signal is set in the forked child before it execs
+the shell (it survives ``execve``). It is SIGWINCH, whose default action is to do nothing: one that arrives before the
 shell has set its trap is lost rather than fatal, and the shell's own look at its parent (after the
 trap is set) sees the worker gone and kills the group. The shell waits in ``read`` on a pipe whose
 write end it holds itself (no ``sleep`` process, no polling).
@@ -63,7 +63,8 @@ watchdog = "none"
 
 def _start_watchdog(worker_pid: int) -> str:
     """Fork the watchdog (a fresh, tiny process: not a copy of the worker, whose command line
-    process listings would count as a second worker); returns which program it runs."""
+    process listings would count as a second worker); returns which program it was started as (a
+    shell that cannot be exec'd falls back to the Python one in the child)."""
     use_shell = os.access(SHELL, os.X_OK) and os.environ.get(WATCHDOG_ENV) != "python"
     blocker = os.pipe() if use_shell else None
     if os.fork() != 0:
