@@ -33,7 +33,10 @@ def test_lesson_09_trains_the_same_model_both_ways(tmp_path):
     ps = re.findall(r"chief ps_loss ([0-9.]+) -> ([0-9.]+)", text)
     assert len(ps) == 1 and float(ps[0][1]) < float(ps[0][0]), text  # the cell ran in the coordinator only
     assert "custom loop: 120 steps scheduled" in text, text
-    servers = re.findall(r"worker server (\d): (\d+) steps, loss ([0-9.]+) -> ([0-9.]+)", text)
+    # One batch's loss jumps now and then under asynchronous updates (seen in CI: a server's last
+    # step at 2.06 after a first at 0.54 while its curve fell), so the lesson prints medians of ten.
+    servers = re.findall(r"worker server (\d): (\d+) steps, median loss of the first/last 10 ([0-9.]+) -> ([0-9.]+)",
+                         text)
     assert sorted(s for s, *_ in servers) == ["0", "1"], text  # a curve per worker server, both ran steps
     assert sum(int(n) for _, n, *_ in servers) == 120, servers  # every step's record arrived
     assert all(float(last) < float(first) for *_, first, last in servers), servers
