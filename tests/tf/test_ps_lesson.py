@@ -33,13 +33,15 @@ def test_lesson_09_trains_the_same_model_both_ways(tmp_path):
     ps = re.findall(r"chief ps_loss ([0-9.]+) -> ([0-9.]+)", text)
     assert len(ps) == 1 and float(ps[0][1]) < float(ps[0][0]), text  # the cell ran in the coordinator only
     assert "custom loop: 120 steps scheduled" in text, text
-    # One batch's loss jumps now and then under asynchronous updates (seen in CI: a server's last
-    # step at 2.06 after a first at 0.54 while its curve fell), so the lesson prints medians of ten.
-    servers = re.findall(r"worker server (\d): (\d+) steps, median loss of the first/last 10 ([0-9.]+) -> ([0-9.]+)",
-                         text)
-    assert sorted(s for s, *_ in servers) == ["0", "1"], text  # a curve per worker server, both ran steps
-    assert sum(int(n) for _, n, *_ in servers) == 120, servers  # every step's record arrived
-    assert all(float(last) < float(first) for *_, first, last in servers), servers
+    servers = re.findall(r"worker server (\d): (\d+) steps, from step", text)
+    assert sorted(s for s, _ in servers) == ["0", "1"], text  # a curve per worker server, both ran steps
+    assert sum(int(n) for _, n in servers) == 120, servers  # every step's record arrived
+    # The servers' curves are pieces of one model's: under load one server may start late, from where
+    # the other brought the model (seen in CI: 17 steps, its first ten's median already at 0.380), so
+    # only the whole run in step order must fall; medians of ten, as one batch's loss jumps now and then.
+    falls = re.findall(r"both servers, in step order: median loss of the first/last 10 steps ([0-9.]+) -> ([0-9.]+)",
+                       text)
+    assert len(falls) == 1 and float(falls[0][1]) < float(falls[0][0]), text
     status = next(_text(c) for c in nb.cells if c.cell_type == "code" and c.source.strip() == "%mwcluster status")
     assert status.startswith("mwnotebook cluster: 1 coordinator, 2 worker servers, 1 parameter server"), status
     for task in ("chief:0", "worker:0", "worker:1", "ps:0"):
