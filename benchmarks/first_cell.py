@@ -73,6 +73,7 @@ def notebook_first_cell(cell: str, check: str | None) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--name", default="first_cell", help="results file name (benchmarks/results/NAME.json)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -104,7 +105,7 @@ def main() -> None:
                "noop_8_rest_s": med(["noop_8_first_cell", "cell_rest_s"]),
                "seed_waited_for_template_s": med(["seed_first_cell", "cell_waited_for_template_s"]),
                "seed_rest_s": med(["seed_first_cell", "cell_rest_s"])}
-    path = write_result("first_cell", {"command": " ".join(["python", "benchmarks/first_cell.py", *sys.argv[1:]]),
+    path = write_result(args.name, {"command": " ".join(["python", "benchmarks/first_cell.py", *sys.argv[1:]]),
                                        "commit": commit, "load_average_before": load_before,
                                        "load_average_after": os.getloadavg(), "rounds": rounds, "summary": summary})
     print(json.dumps(summary, indent=1))

@@ -99,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--noop-repeats", type=int, default=30)
+    parser.add_argument("--name", default="scale_workers", help="results file name (benchmarks/results/NAME.json)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -126,7 +127,7 @@ def main() -> None:
     ratios = {}
     if 8 in by_n:
         ratios = {f"noop_{n}_over_8": round(r["noop_ms"] / by_n[8]["noop_ms"], 2) for n, r in by_n.items()}
-    path = write_result("scale_workers", {
+    path = write_result(args.name, {
         "command": " ".join(["python", "benchmarks/scale_workers.py", *sys.argv[1:]]), "commit": commit,
         "template_ready_s": round(template_ready, 2), "load_average_before": load_before,
         "load_average_after": os.getloadavg(), "rows": rows, "ratios": ratios})
