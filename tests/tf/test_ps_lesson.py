@@ -37,7 +37,7 @@ def test_lesson_09_trains_the_same_model_both_ways(tmp_path):
     assert sorted(s for s, _ in servers) == ["0", "1"], text  # a curve per worker server, both ran steps
     assert sum(int(n) for _, n in servers) == 120, servers  # every step's record arrived
     # The servers' curves are pieces of one model's: under load one server may start late, from where
-    # the other brought the model (seen in CI: 17 steps, its first ten's median already at 0.380), so
+    # the other brought the model (seen in a fresh-clone run: 17 steps, its first ten's median at 0.380), so
     # only the whole run in step order must fall; medians of ten, as one batch's loss jumps now and then.
     falls = re.findall(r"both servers, in step order: median loss of the first/last 10 steps ([0-9.]+) -> ([0-9.]+)",
                        text)
