@@ -30,8 +30,6 @@ from typing import Any
 
 from _common import RESULTS, ROOT, write_result
 
-HERE = pathlib.Path(__file__).resolve().parent
-
 
 def _commit(tree: pathlib.Path) -> str:
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -69,8 +67,8 @@ def _table(after: dict[str, Any], before: dict[str, Any] | None, scale: dict[str
     rows = _noop_rows(after)
     ns = sorted(rows)
 
-    def per_n(key: str, rows_: dict[int, dict[str, float]] = rows) -> str:
-        return " / ".join(f"{rows_[n][key]:.1f}" if key in rows_[n] else "-" for n in ns) + " ms"
+    def per_n(key: str) -> str:
+        return " / ".join(f"{rows[n][key]:.1f}" if key in rows[n] else "-" for n in ns) + " ms"
 
     label = "N = " + " / ".join(map(str, ns))
     lines.append(f"| no-op `%%mwtrain` cell, {label} | **{per_n('magic')}** | |")
