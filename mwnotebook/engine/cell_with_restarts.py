@@ -25,7 +25,7 @@ from mwnotebook.engine.restarts import check_max_restarts, run_with_restarts
 from mwnotebook.engine.result import RunResult
 from mwnotebook.engine.task_servers import ParameterServerLost
 from mwnotebook.engine.worker_lifecycle import WorkerLifecycle
-from mwnotebook.errors import ClusterStartError, ClusterStateError
+from mwnotebook.errors import ClusterInterrupted, ClusterStartError, ClusterStateError, WorkerFailure
 from mwnotebook.launchers.capabilities import ReplacesNodes
 from mwnotebook.shared.events import Event, EventSink
 
@@ -49,7 +49,8 @@ class CellRunner(WorkerLifecycle):
 
     async def run(self, code: str, on_event: EventSink | None = None,
                   timeout: float | None = None, restart_on_failure: bool = True,
-                  max_restarts: int | None = None, fresh_setup: str | None = None) -> RunResult:
+                  max_restarts: int | None = None, fresh_setup: str | None = None,
+                  abort: asyncio.Event | None = None) -> RunResult:
         """Run ``code`` on every worker at once. Raises a :class:`ClusterRunError` subclass on failure.
 
         ``restart_on_failure=False`` skips the group restart after a fault (for callers that stop
@@ -57,34 +58,38 @@ class CellRunner(WorkerLifecycle):
         which happened. ``max_restarts`` (default: the spec's): after losing workers, run the cell
         again on fresh ones up to this many times (mwnotebook/engine/restarts.py); ``timeout``
         bounds each attempt; ``fresh_setup`` runs silently in fresh workers before the cell runs
-        again (the command-line runner's ``sys.argv``/``__file__`` preamble).
+        again (the command-line runner's ``sys.argv``/``__file__`` preamble). ``abort``: the cell's
+        interrupt, made by a caller that may set it before this coroutine has begun (a Ctrl-C in
+        another thread, engine/cluster.py); default: a new one, set by :meth:`request_abort`.
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if self._notebook:
             raise ClusterStateError(notebook_coordinator.NO_CELLS)
         restarts = check_max_restarts(self.spec.max_restarts if max_restarts is None else max_restarts)
-        if not self._workers and self._start_task is not None:
-            await self.start()  # a start or restart under way: wait for it
-        if self._release_task is not None:
-            await asyncio.gather(self._release_task, return_exceptions=True)
-            self._release_task = None
-        if not self._workers:
-            raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
         if self._running:
             raise ClusterStateError("a cell is already running on this cluster")
-        if self._servers is not None and self._servers.lost_ps is not None:
-            log.warning("a parameter server was lost between cells: restarting the whole cluster")
-            await self.restart(on_event)
+        # The cell's abort exists from here on: a Ctrl-C while the cell still waits for a start, a
+        # restart or the last cell's release is this cell's interrupt, not lost (request_abort).
         self._running = True
+        abort = self._abort = abort or asyncio.Event()
+        try:
+            await self._ready_for_a_cell(on_event)
+        except BaseException:
+            self._running = False
+            self._abort = None
+            raise
+        if abort.is_set():
+            self._running = False
+            self._abort = None
+            raise ClusterInterrupted([WorkerFailure(w.index, "interrupted") for w in self._workers], restarted=False,
+                                     detail="interrupted before the cell started: it ran on no worker")
         self._cell_code = code
         emit = on_event or ignore_event
 
         def observe(event: Event) -> None:
             self._observe(event, emit)
-        self._abort = asyncio.Event()
         verdict: CellVerdict | None = None
-        abort = self._abort
         self._moved = []  # lines of an earlier cell's restart that never completed are not this cell's
         names = layout_of(self.spec).kernel_names()  # a --ps cluster's "coordinator", the "evaluator"
 
@@ -124,6 +129,20 @@ class CellRunner(WorkerLifecycle):
                 self._release_task = asyncio.ensure_future(self._release(list(self._workers)))
             self._running = False
             self._abort = None
+
+    async def _ready_for_a_cell(self, on_event: EventSink | None) -> None:
+        """Wait for a start or restart under way and for the last cell's release; restart a
+        cluster whose parameter server was lost between cells."""
+        if not self._workers and self._start_task is not None:
+            await self.start()
+        if self._release_task is not None:
+            await asyncio.gather(self._release_task, return_exceptions=True)
+            self._release_task = None
+        if not self._workers:
+            raise ClusterStateError("no cluster is running: start one first (%%mwtrain or %mwcluster start)")
+        if self._servers is not None and self._servers.lost_ps is not None:
+            log.warning("a parameter server was lost between cells: restarting the whole cluster")
+            await self.restart(on_event)
 
     async def _replace_workers(self, setup: str | None, emit: EventSink) -> list[str]:
         """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs, unless

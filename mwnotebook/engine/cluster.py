@@ -4,6 +4,7 @@ handed to ``on_event`` in the *caller's* thread, so a notebook's output lands in
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import logging
@@ -121,10 +122,11 @@ class Cluster:
             check_max_restarts(max_restarts)  # before anything starts
         if not self.started:
             self.start(on_event)
+        abort = asyncio.Event()  # bound to the loop on first use; set there, never from this thread
         return self._run_with_events(
             lambda sink: self._core.run(code, on_event=sink, timeout=timeout, restart_on_failure=restart_on_failure,
-                                        max_restarts=max_restarts),
-            on_event, on_interrupt=lambda: self._loop.call_soon(self._core.request_abort))
+                                        max_restarts=max_restarts, abort=abort),
+            on_event, on_interrupt=lambda: self._loop.call_soon(abort.set))
 
     def _run_with_events(self, make_coro: Callable[[EventSink | None], Coroutine[Any, Any, _T]],
                          on_event: EventSink | None, on_interrupt: Callable[[], None]) -> _T:

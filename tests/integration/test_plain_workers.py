@@ -198,6 +198,41 @@ def test_ctrl_c_interrupts_every_worker_and_the_next_cell_runs(cluster):
     assert cluster.run("print('after ctrl-c')").stdout(2) == "after ctrl-c\n"
 
 
+def test_ctrl_c_before_the_cell_begins_stops_it_before_it_runs(cluster, tmp_path):
+    """A Ctrl-C that comes before the cell has begun on the cluster's event loop (a loaded machine;
+    or ``run`` still waiting for a restart or the last cell's release) is that cell's interrupt:
+    the cell runs on no worker and the cluster stays usable. It used to be dropped while no cell
+    attempt existed yet, and the cell then ran in full (seen in a loaded fresh-clone run: the
+    Ctrl-C test above, after a worker kill, waited out its 60 s cell). Here the loop is held busy
+    for 1 s so the Ctrl-C provably comes first."""
+    import threading
+
+    from mwnotebook import ClusterInterrupted
+
+    marker = tmp_path / "ran"
+    busy_until: list[float] = []
+    sent_at: list[float] = []
+
+    def hold_the_loop() -> None:
+        time.sleep(1.0)
+        busy_until.append(time.monotonic())
+
+    def ctrl_c() -> None:
+        sent_at.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    cluster._loop.call_soon(hold_the_loop)
+    threading.Timer(0.3, ctrl_c).start()
+    with pytest.raises(ClusterInterrupted) as info:
+        cluster.run(f"open({str(marker)!r}, 'w').write('ran')", timeout=120)
+    assert sent_at[0] < busy_until[0], "the loop was free before the Ctrl-C: the cell may have begun first"
+    assert "before the cell started" in str(info.value)
+    assert {f.kind for f in info.value.failures} == {"interrupted"}
+    assert not info.value.restarted
+    assert not marker.exists(), "the interrupted cell ran anyway"
+    assert cluster.run("print('next')").stdout(1) == "next\n"
+
+
 def test_stop_during_a_background_start_leaves_nothing():
     """The stop comes while the start is provably under way: worker processes exist but the cluster
     is not started yet (a kernel takes about a second from its process to its first answer)."""
