@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -27,6 +29,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     on one process, and modules that share a machine-wide resource run on the same one."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group_of(Path(str(item.fspath)))))
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """For tests that press Ctrl-C on this process (``os.kill(os.getpid(), SIGINT)``): SIGINT raises
+    here as in a terminal or a notebook kernel. A shell without job control starts a background
+    command (``bash .ci/run &``, ``nohup``) with SIGINT ignored, and Python keeps an ignored SIGINT
+    ignored: the Ctrl-C then never arrives and the test waits out its cell (seen: both Ctrl-C tests
+    of tests/integration/test_plain_workers.py failed "DID NOT RAISE" in a backgrounded run)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def worker_processes() -> list[psutil.Process]:

@@ -184,7 +184,7 @@ def test_workers_die_with_their_parent(tmp_path):
         parent.kill()
 
 
-def test_ctrl_c_interrupts_every_worker_and_the_next_cell_runs(cluster):
+def test_ctrl_c_interrupts_every_worker_and_the_next_cell_runs(cluster, ctrl_c_raises):
     import threading
 
     from mwnotebook import ClusterInterrupted
@@ -198,13 +198,13 @@ def test_ctrl_c_interrupts_every_worker_and_the_next_cell_runs(cluster):
     assert cluster.run("print('after ctrl-c')").stdout(2) == "after ctrl-c\n"
 
 
-def test_ctrl_c_before_the_cell_begins_stops_it_before_it_runs(cluster, tmp_path):
+def test_ctrl_c_before_the_cell_begins_stops_it_before_it_runs(cluster, tmp_path, ctrl_c_raises):
     """A Ctrl-C that comes before the cell has begun on the cluster's event loop (a loaded machine;
     or ``run`` still waiting for a restart or the last cell's release) is that cell's interrupt:
-    the cell runs on no worker and the cluster stays usable. It used to be dropped while no cell
-    attempt existed yet, and the cell then ran in full (seen in a loaded fresh-clone run: the
-    Ctrl-C test above, after a worker kill, waited out its 60 s cell). Here the loop is held busy
-    for 1 s so the Ctrl-C provably comes first."""
+    the cell runs on no worker and the cluster stays usable. The engine used to drop it while no
+    cell attempt existed yet (found by reading the code while tracing a Ctrl-C test failure), and
+    the cell then ran in full. Here the loop is held busy for 1 s so the Ctrl-C provably comes
+    first; with the old engine this test fails "DID NOT RAISE"."""
     import threading
 
     from mwnotebook import ClusterInterrupted

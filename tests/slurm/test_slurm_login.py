@@ -92,7 +92,7 @@ def test_killed_notebook_behind_the_login_node_leaves_nothing(laptop: slurm_clus
 @pytest.mark.parametrize("via", ["here", "login"])
 def test_ctrl_c_while_pending_cancels_the_job_at_once(slurm_env: slurm_cluster.SlurmCluster, via: str,
                                                       request: pytest.FixtureRequest,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+                                                      caplog: pytest.LogCaptureFixture, ctrl_c_raises: None) -> None:
     """Ctrl-C while salloc waits (here, or on the login node over SSH): the job is withdrawn at once."""
     login = request.getfixturevalue("laptop").login.alias if via == "login" else None
     busy = slurm_env.run("salloc", "--no-shell", "-N", "2", "--exclusive")

@@ -108,7 +108,7 @@ def test_killed_kernel_then_the_seed_on_two_nodes(slurm_env: slurm_cluster.Slurm
     assert not left, left
 
 
-def test_interrupt_then_scancel_from_outside(slurm_env: slurm_cluster.SlurmCluster) -> None:
+def test_interrupt_then_scancel_from_outside(slurm_env: slurm_cluster.SlurmCluster, ctrl_c_raises: None) -> None:
     with Cluster(slurm="-N 2", cpu=True) as cluster:
         cluster.start()
         (job,) = slurm_env.jobs()
