@@ -30,11 +30,12 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 KINDS = (
     ("worker template", ("mwnotebook.processes.worker_template",)),
     ("worker kernel", ("worker_kernel",)),
-    ("remote agent, template or kernel (SSH / Slurm test hosts)", ("<mwnotebook-remote-agent>", "exec(eval(sys.stdin")),
+    ("remote agent, template or kernel (SSH / Slurm test hosts)", ("<mwnotebook-remote-agent>",)),
+    # pytest-xdist's worker processes start as ``python -c "import sys;exec(eval(sys.stdin...`` (execnet)
+    ("pytest process (the tests' own code)", ("exec(eval(sys.stdin", "pytest", "execnet")),
     ("notebook or plain kernel", ("ipykernel_launcher",)),
     ("chromium", ("chrom",)),
     ("jupyter server", ("jupyterlab", "-m notebook", "jupyter-lab", "jupyter_server")),
-    ("pytest", ("pytest", "execnet")),
     ("mypy", ("mypy",)),
     ("slurm / munge", ("slurm", "munged")),
     ("ssh", ("sshd", "ssh ")),
