@@ -75,15 +75,14 @@ class CellRunner(WorkerLifecycle):
         abort = self._abort = abort or asyncio.Event()
         try:
             await self._ready_for_a_cell(on_event)
+            if abort.is_set():
+                raise ClusterInterrupted([WorkerFailure(w.index, "interrupted") for w in self._workers],
+                                         restarted=False,
+                                         detail="interrupted before the cell started: it ran on no worker")
         except BaseException:
             self._running = False
             self._abort = None
             raise
-        if abort.is_set():
-            self._running = False
-            self._abort = None
-            raise ClusterInterrupted([WorkerFailure(w.index, "interrupted") for w in self._workers], restarted=False,
-                                     detail="interrupted before the cell started: it ran on no worker")
         self._cell_code = code
         emit = on_event or ignore_event
 
