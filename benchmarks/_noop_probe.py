@@ -13,7 +13,7 @@ import statistics
 import time
 from typing import Any
 
-from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
+from mwnotebook.engine.workers.bootstrap import SETTLE_EXPRESSION
 
 
 def _median_ms(samples: list[float]) -> float:

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "remote")]
 
 import netns_hosts  # noqa: E402
-from seed_cell import SEED_CELL, expected_line  # noqa: E402
 
 from mwnotebook import Cluster, ClusterRunError  # noqa: E402
+from tests._shared.seed_cell import SEED_CELL, expected_line  # noqa: E402
 
 FAIL_CELL = (ROOT / "tests" / "data" / "fail_on_worker1.py").read_text(encoding="utf-8")
 FIRST_INSTRUCTION = "import time\nprint('FIRST', time.time(), flush=True)"

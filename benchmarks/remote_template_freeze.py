@@ -2,7 +2,7 @@
 
     python benchmarks/remote_template_freeze.py [--repeat 3] [--per-host 2]
 
-Two SSH test hosts (network namespaces made by tests/remote/netns_hosts.py; needs root), ``--per-host``
+Two SSH test hosts (network namespaces made by tests/_shared/netns_hosts.py; needs root), ``--per-host``
 workers on each, forked from the host's template (processes/shipped/remote_template.py). Two kinds
 alternate in one run, a new cluster (so a new template per host) each time:
 

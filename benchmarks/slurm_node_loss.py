@@ -4,7 +4,7 @@ allocation, and every worker gets new TF addresses), the latter with the spare n
 started with the cluster (the default) and without (``MWNOTEBOOK_SLURM_SPARE_TEMPLATE=0``: the
 template imports TensorFlow only once a worker moves there), alternating in one run.
 
-A three-node test Slurm (tests/slurm/slurm_cluster.py, network namespaces, root); 2 workers on
+A three-node test Slurm (tests/_shared/slurm_cluster.py, network namespaces, root); 2 workers on
 ``--slurm "-N 3"`` (one spare node), a fresh cluster per trial. The cell all-reduces in a loop until
 it runs in kernels that were not there when it began (their pids are in a file), so the first attempt
 runs until the loss and the second finishes at once. Measured: the restart's own seconds (the loss

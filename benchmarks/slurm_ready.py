@@ -1,8 +1,8 @@
 """Time-to-ready of 2 Slurm workers (direct and through a login node) vs 2 local and 2 SSH workers,
 measured side by side in one run.
 
-One test Slurm (tests/slurm/slurm_cluster.py: munged, slurmctld, two slurmd nodes in network
-namespaces, each also running the sshd of tests/remote/netns_hosts.py) serves both the SSH and the
+One test Slurm (tests/_shared/slurm_cluster.py: munged, slurmctld, two slurmd nodes in network
+namespaces, each also running the sshd of tests/_shared/netns_hosts.py) serves both the SSH and the
 Slurm workers, so both kinds start kernels on the same two "machines". The kinds alternate in every
 round, so that a busy machine slows all of them alike. "Ready" is ``Cluster.start()`` returning;
 for Slurm that includes ``salloc`` (an idle cluster: granted at once), the port holders and the

@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     "AsyncCluster": "mwnotebook.engine.async_cluster",
     "WorkerInfo": "mwnotebook.engine.cluster_status",
     "Cluster": "mwnotebook.engine.cluster",
-    "RunResult": "mwnotebook.engine.result",
+    "RunResult": "mwnotebook.engine.cell.result",
     "ClusterSpec": "mwnotebook.config.spec",
     **{name: "mwnotebook.errors" for name in (
         "ClusterInterrupted", "ClusterRunError", "ClusterStartError", "ClusterStateError",
@@ -38,9 +38,9 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from mwnotebook.config.spec import ClusterSpec
     from mwnotebook.engine.async_cluster import AsyncCluster
+    from mwnotebook.engine.cell.result import RunResult
     from mwnotebook.engine.cluster import Cluster
     from mwnotebook.engine.cluster_status import WorkerInfo
-    from mwnotebook.engine.result import RunResult
     from mwnotebook.errors import (
         ClusterInterrupted,
         ClusterRunError,

@@ -199,7 +199,7 @@ def render_failures(failures: list[WorkerFailure], *, restarted: bool = False, t
 
 
 class WorkerStacksText(Protocol):
-    """Where each worker was when the cell failed (``engine/stacks.py`` ``StacksReport``; it must
+    """Where each worker was when the cell failed (``engine/cell/stacks.py`` ``StacksReport``; it must
     pickle, as the error that carries it does)."""
 
     def text(self) -> str: ...

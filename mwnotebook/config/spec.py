@@ -24,7 +24,7 @@ COLLECTIVES = ("auto", "ring", "nccl")
 NETWORK_MODES = ("auto", "private", "host")
 MIXED_PRECISION = ("float16", "bfloat16")
 #: Where a --ps cluster's coordinator runs: a kernel of its own (the cell runs there), or the
-#: notebook's own kernel (opt-in, engine/notebook_coordinator.py says what that costs).
+#: notebook's own kernel (opt-in, engine/roles/notebook_coordinator.py says what that costs).
 COORDINATORS = ("kernel", "notebook")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -64,7 +64,7 @@ class ClusterSpec:
     template: bool = field(default=True, compare=False)
     startup_timeout: float = field(default=60.0, compare=False)
     #: ``--max-restarts``: run a cell again on fresh workers up to this many times when it lost
-    #: workers (mwnotebook/engine/restarts.py). Needs no other processes, so not compared.
+    #: workers (mwnotebook/engine/cell/restarts.py). Needs no other processes, so not compared.
     max_restarts: int = field(default=0, compare=False)
     #: ``--slurm``: salloc arguments ("" = none, or the allocation we are in); ``--slurm-job``: a job id.
     slurm: str | None = None
@@ -85,7 +85,7 @@ class ClusterSpec:
     #: TF_CONFIG and connects itself (host network only, one cluster per kernel).
     coordinator: str = "kernel"
     #: ``--force``: connect the notebook to a second cluster although it connected to one before
-    #: (engine/notebook_coordinator.py: what that risks). Needs no other processes, so not compared.
+    #: (engine/roles/notebook_coordinator.py: what that risks). Needs no other processes, so not compared.
     force: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:

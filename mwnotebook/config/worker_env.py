@@ -68,7 +68,7 @@ def policy_name(mixed_precision: str | None) -> str | None:
 def recipe_code(spec: _RecipeSpec | None = None, *, mixed_precision: str | None = None,
                 xla: bool | None = None) -> str:
     """The recipes' part of the source each worker executes after start (all of it:
-    ``engine/bootstrap.py`` ``setup_code``); ``""`` when there is nothing to set.
+    ``engine/workers/bootstrap.py`` ``setup_code``); ``""`` when there is nothing to set.
 
     Reads ``spec.mixed_precision`` and ``spec.xla`` (a :class:`mwnotebook.ClusterSpec`); the
     keyword arguments override them. Raises :class:`ConfigError` for an unknown precision.
@@ -92,7 +92,7 @@ def worker_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping
                 gpu_count: int | None = None) -> list[dict[str, str]]:
     """The variables each kernel that runs the cell gets on top of its launcher's base environment.
 
-    The one rule: the cluster hands these to its launcher (engine/worker_lifecycle.py) and export
+    The one rule: the cluster hands these to its launcher (engine/workers/lifecycle.py) and export
     writes them into the launch scripts (export/scripts.py), so a job runs with what the notebook's
     workers had. ``addresses`` are the TF server addresses of every training task, in
     :meth:`RoleLayout.training_tasks` order (for a plain cluster: the workers); ``environ`` is the

@@ -11,10 +11,10 @@ import asyncio
 from typing import Any
 
 from mwnotebook.config.roles import layout_of
-from mwnotebook.engine.cell_with_restarts import CellRunner
+from mwnotebook.engine.cell.stacks import StacksReport, dump_stacks
+from mwnotebook.engine.cell.with_restarts import CellRunner
 from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
-from mwnotebook.engine.connection import Worker
-from mwnotebook.engine.stacks import StacksReport, dump_stacks
+from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.errors import ClusterStateError
 from mwnotebook.launchers.capabilities import ReportsJob
 

@@ -15,13 +15,13 @@ from typing import Any, TypeVar
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.async_cluster import AsyncCluster
+from mwnotebook.engine.cell.late_output import LateOutput
+from mwnotebook.engine.cell.restarts import check_max_restarts
+from mwnotebook.engine.cell.result import RunResult
+from mwnotebook.engine.cell.stacks import StacksReport
 from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
-from mwnotebook.engine.late_output import LateOutput
 from mwnotebook.engine.loop import background_loop
-from mwnotebook.engine.restarts import check_max_restarts
-from mwnotebook.engine.result import RunResult
-from mwnotebook.engine.stacks import StacksReport
 from mwnotebook.errors import STACKS_HEADING
 from mwnotebook.launchers import Launcher
 from mwnotebook.shared.events import Event, EventSink
@@ -68,7 +68,7 @@ class Cluster:
 
     @property
     def late_output(self) -> LateOutput:
-        """Output workers send after their cell ended (see mwnotebook/engine/late_output.py)."""
+        """Output workers send after their cell ended (see mwnotebook/engine/cell/late_output.py)."""
         return self._core.late_output
 
     @property
@@ -110,7 +110,7 @@ class Cluster:
         """Run ``code`` on every worker at once; starts the cluster first if needed.
 
         ``max_restarts`` (default: the spec's, 0): when workers are lost, run the cell again on
-        fresh ones up to this many times (see mwnotebook/engine/restarts.py); the result's
+        fresh ones up to this many times (see mwnotebook/engine/cell/restarts.py); the result's
         ``restarts`` lists them.
 
         Ctrl-C (the notebook's stop button) interrupts every worker; a second Ctrl-C kills them.

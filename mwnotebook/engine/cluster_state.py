@@ -2,8 +2,8 @@
 addresses and each task's state, and the one place its events pass (worker states kept there).
 
 The cluster is assembled from one class per concern, each subclassing the one before:
-this state, the tasks that do not run the cell (engine/task_roles.py), starting and stopping the
-workers (engine/worker_lifecycle.py), one cell's run with its restarts (engine/cell_with_restarts.py),
+this state, the tasks that do not run the cell (engine/roles/task_roles.py), starting and stopping the
+workers (engine/workers/lifecycle.py), one cell's run with its restarts (engine/cell/with_restarts.py),
 and what one can ask of the cluster (engine/async_cluster.py).
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 
 from mwnotebook.config.roles import layout_of
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.engine.connection import Worker
-from mwnotebook.engine.late_output import LateOutput
-from mwnotebook.engine.restarts import HOST_WAIT_SECONDS
-from mwnotebook.engine.task_servers import TaskServers
+from mwnotebook.engine.cell.late_output import LateOutput
+from mwnotebook.engine.cell.restarts import HOST_WAIT_SECONDS
+from mwnotebook.engine.roles.task_servers import TaskServers
+from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.launchers import Launcher
 from mwnotebook.launchers.capabilities import Isolates
 from mwnotebook.shared.events import Event, EventSink, WorkerState, WorkerStateChanged
@@ -43,12 +43,12 @@ class ClusterState:
         self._envs: list[dict[str, str]] = []
         self._addresses: list[str] = []
         #: --coordinator notebook: no kernel runs the cell; this process coordinates
-        #: (engine/notebook_coordinator.py). True once it has the chief's TF_CONFIG.
+        #: (engine/roles/notebook_coordinator.py). True once it has the chief's TF_CONFIG.
         self._notebook = self.spec.coordinator == "notebook"
         self._joined = False
         #: Kernels that run the cell: every replica, or a --ps cluster's coordinator alone.
         self._cell_count = 0 if self._notebook else len(layout_of(self.spec).cell_tasks())
-        #: A --ps cluster's worker and ps servers (engine/task_servers.py); None otherwise.
+        #: A --ps cluster's worker and ps servers (engine/roles/task_servers.py); None otherwise.
         self._servers: TaskServers | None = None
         #: Aborts a --ps cluster's cell PS_LOSS_GRACE s after a lost ps, unless the servers are renewed first.
         self._ps_loss_timer: asyncio.TimerHandle | None = None
@@ -62,7 +62,7 @@ class ClusterState:
         self.restart_host_wait = HOST_WAIT_SECONDS
         #: Where workers moved in a restart still under way (lines for its RunRestarted).
         self._moved: list[str] = []
-        #: Output workers send after their cell ended (mwnotebook/engine/late_output.py).
+        #: Output workers send after their cell ended (mwnotebook/engine/cell/late_output.py).
         self.late_output = LateOutput()
 
     @property

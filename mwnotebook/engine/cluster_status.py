@@ -2,7 +2,7 @@
 
 The kernels that run the cell come first, in cell order, so entry ``i`` is the kernel whose output
 is labelled ``[i]`` (a plain cluster reports exactly these). A ``--ps`` cluster's worker and ps
-servers (engine/task_servers.py) follow: they run no cell, but a user checking the cluster wants
+servers (engine/roles/task_servers.py) follow: they run no cell, but a user checking the cluster wants
 to see every process it is made of, where it listens and whether it is alive.
 """
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mwnotebook.config.roles import RoleLayout, Task
-from mwnotebook.engine.connection import Worker
-from mwnotebook.engine.task_servers import TaskServers
+from mwnotebook.engine.roles.task_servers import TaskServers
+from mwnotebook.engine.workers.connection import Worker
 
 
 @dataclass(frozen=True)

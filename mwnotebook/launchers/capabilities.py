@@ -15,7 +15,7 @@ there"), and mypy checks the implementations. Who has what today:
 | :class:`HasConnectionFile` (``connection_file``) | local kernel handles (forked or fresh) |
 
 A worker's ``output_log`` is no capability: every engine ``Worker`` has one
-(``engine/cell_run.py`` ``RunWorker``).
+(``engine/cell/run.py`` ``RunWorker``).
 """
 
 from __future__ import annotations

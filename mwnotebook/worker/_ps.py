@@ -3,7 +3,7 @@
 
 Why once: a process can connect to one TensorFlow cluster only. Connecting again leaves the old
 gRPC server listening, invalidates the old variables, and touching the old coordinator afterwards
-crashed the whole process in our measurements (config/roles.py, engine/task_servers.py). Re-running
+crashed the whole process in our measurements (config/roles.py, engine/roles/task_servers.py). Re-running
 the cell is the normal notebook habit, so :func:`ps_strategy` and :func:`coordinator` return the
 same objects on every later call, in every later cell.
 
@@ -92,7 +92,7 @@ def coordinator() -> Any:
 
 def forget() -> None:
     """Drop the strategy and coordinator so the next call makes new ones (a notebook forced onto a
-    second cluster, engine/notebook_coordinator.py: the old objects must not be touched again)."""
+    second cluster, engine/roles/notebook_coordinator.py: the old objects must not be touched again)."""
     global _strategy, _coordinator
     with _lock:
         _strategy = None

@@ -8,7 +8,7 @@ share a session fixture or a machine-wide resource go to the same process, one a
 * tests/remote: the session's SSH test hosts (tests/remote/conftest.py);
 * tests/slurm: the session's Slurm test cluster (tests/slurm/conftest.py). Both make network
   namespaces on a free ``10.213.N.0/24`` subnet, named after their process, and take the subnet
-  under a lock (tests/remote/netns_hosts.py), so the two groups may run at the same time;
+  under a lock (tests/_shared/netns_hosts.py), so the two groups may run at the same time;
 * the peer "other machine" namespace with its fixed addresses (tests/integration/
   test_network_isolation.py, reused by tests/tf/test_ps_roles.py).
 """

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import netns_hosts
+from tests._shared import netns_hosts
 
 
 @pytest.fixture(scope="session")

@@ -10,13 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-import netns_hosts
 import pytest
-from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook import Cluster, ClusterStartError, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
+from tests._shared import netns_hosts
 from tests._shared.processes import running, wait_gone
+from tests._shared.seed_cell import SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -1,18 +1,18 @@
 """Live curves from remote workers: a stock ``model.fit`` on SSH test hosts (network namespaces,
-tests/remote/netns_hosts.py) gives metric records from every worker, as local workers do -- with
+tests/_shared/netns_hosts.py) gives metric records from every worker, as local workers do -- with
 kernels forked from the hosts' worker templates and with fresh kernels.
 
 The worker hooks that add the Keras reporter to ``fit`` (processes/worker_hooks.py) are installed
 by mwnotebook's worker kernel, which remote hosts that can import mwnotebook now run
 (tests/remote/test_remote_worker_runtime.py), and else by the set-up code every worker runs after it
-starts (engine/bootstrap.py ``HOOKS_CODE``); before both, such a fit sent no record at all."""
+starts (engine/workers/bootstrap.py ``HOOKS_CODE``); before both, such a fit sent no record at all."""
 
 from __future__ import annotations
 
-import netns_hosts
 import pytest
 
 from mwnotebook import Cluster
+from tests._shared import netns_hosts
 
 #: Hang bounds only, generous for a loaded 2-core machine (each case takes ~20 s here).
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]

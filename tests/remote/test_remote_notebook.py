@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 
 import nbformat
-import netns_hosts
 import pytest
 from nbclient import NotebookClient
-from seed_cell import expected_line
+
+from tests._shared import netns_hosts
+from tests._shared.seed_cell import expected_line
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
-import netns_hosts
 import pytest
-from test_remote_worker_runtime import CHECKOUT, _line
 
 from mwnotebook import Cluster
+from tests._shared import netns_hosts
+from tests.remote.test_remote_worker_runtime import CHECKOUT, _line
 
 #: Hang bounds only, generous for a loaded 2-core machine.
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -34,7 +34,7 @@ def test_without_the_worker_kernel_remote_kernels_are_plain_ipykernel_with_the_h
         ssh_home: netns_hosts.TestNet, template: bool) -> None:
     """The path of a host that cannot import mwnotebook's worker kernel (chosen here with the switch
     MWNOTEBOOK_REMOTE_WORKER_KERNEL=0): plain ipykernel_launcher, which still works, and still gets
-    the worker hooks from the set-up code where mwnotebook is importable (engine/bootstrap.py HOOKS_CODE)."""
+    the worker hooks from the set-up code where mwnotebook is importable (engine/workers/bootstrap.py HOOKS_CODE)."""
     hosts = tuple(h.alias for h in ssh_home.hosts)
     env = {"PYTHONPATH": CHECKOUT, "MWNOTEBOOK_REMOTE_WORKER_KERNEL": "0"}
     with Cluster(hosts=hosts, cpu=True, template=template, env=env) as cluster:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import threading
 import time
 
-import netns_hosts
 import pytest
-from test_remote_worker_runtime import CHECKOUT
 
 from mwnotebook import Cluster, ClusterInterrupted
+from tests._shared import netns_hosts
+from tests.remote.test_remote_worker_runtime import CHECKOUT
 
 #: Hang bounds only, generous for a loaded 2-core machine.
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(400)]

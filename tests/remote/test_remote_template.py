@@ -13,12 +13,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import netns_hosts
 import pytest
-from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook import Cluster, ClusterSpec, WorkerDiedError
 from mwnotebook.launchers.ssh.launcher import SSHLauncher
+from tests._shared import netns_hosts
+from tests._shared.seed_cell import SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

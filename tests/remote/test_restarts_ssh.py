@@ -16,11 +16,11 @@ import threading
 import time
 from pathlib import Path
 
-import netns_hosts
 import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics
+from tests._shared import netns_hosts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests._shared.modules import require

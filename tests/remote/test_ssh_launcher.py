@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import netns_hosts
 import pytest
 from jupyter_client.asynchronous import AsyncKernelClient
 
@@ -24,6 +23,7 @@ from mwnotebook.config.tf_config import tf_config_json
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle, Launcher
 from mwnotebook.launchers.ssh.launcher import SSHKernelHandle, SSHLauncher
+from tests._shared import netns_hosts
 from tests._shared.processes import running
 
 pytestmark = [pytest.mark.remote, pytest.mark.integration, pytest.mark.timeout(180)]

@@ -15,11 +15,11 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import netns_hosts
 import pytest
 
 from mwnotebook.config.hosts import HostSpec
 from mwnotebook.launchers.ssh.connect import SSHConnectError, open_connection
+from tests._shared import netns_hosts
 
 pytestmark = [pytest.mark.remote, pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -3,15 +3,11 @@ session, and a three-node one (a job with a spare node) for the modules that ask
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
-import slurm_cluster
+from tests._shared import slurm_cluster
 
 
 def _cluster(nodes: int, suffix: str) -> Iterator[slurm_cluster.SlurmCluster]:

@@ -8,12 +8,12 @@ import sys
 import time
 
 import pytest
-import slurm_cluster
-from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.export.formats import export_format
+from tests._shared import slurm_cluster
 from tests._shared.ps_cells import ps_counter_cell
+from tests._shared.seed_cell import SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import slurm_cluster
 from nbclient import NotebookClient
-from seed_cell import expected_line
+
+from tests._shared import slurm_cluster
+from tests._shared.seed_cell import expected_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 

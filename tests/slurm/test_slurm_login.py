@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
-import slurm_cluster
-from seed_cell import SEED_CELL, expected_line
-from test_slurm_workers import kill_worker_mid_run
 
 from mwnotebook import Cluster
 from mwnotebook.launchers.slurm import job as slurm_job
+from tests._shared import slurm_cluster
 from tests._shared.processes import running
+from tests._shared.seed_cell import SEED_CELL, expected_line
+from tests.slurm.test_slurm_workers import kill_worker_mid_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -4,10 +4,10 @@ allocation; launchers/remote/template_pool.py) on the real Slurm test cluster.""
 from __future__ import annotations
 
 import pytest
-import slurm_cluster
-from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook import Cluster
+from tests._shared import slurm_cluster
+from tests._shared.seed_cell import SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-import slurm_cluster
-from seed_cell import SEED_CELL, expected_line
 
 from mwnotebook import Cluster, ClusterInterrupted, ClusterStartError, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
+from tests._shared import slurm_cluster
 from tests._shared.processes import running
+from tests._shared.seed_cell import SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

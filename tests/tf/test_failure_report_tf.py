@@ -14,7 +14,7 @@ import re
 import pytest
 
 from mwnotebook import WorkerDiedError, WorkerError
-from mwnotebook.engine import cell_run
+from mwnotebook.engine.cell import run as cell_run
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -41,7 +41,7 @@ model.fit(ds, epochs=1, steps_per_epoch=100_000, verbose=0, callbacks=[Die()])
 # Worker 0 raises only once worker 1's error is out: worker 1's kernel drops a stamp file after it
 # showed the traceback (IPython's post_run_cell, just before the reply), and worker 0 waits for it.
 # Worker 0 then raises within the time the others get to finish on their own (SETTLE_SECONDS in
-# engine/cell_run.py, widened by the test: on a loaded machine worker 0 may not run within the half
+# engine/cell/run.py, widened by the test: on a loaded machine worker 0 may not run within the half
 # second, and would then be counted as interrupted), so it is not interrupted. The hook removes itself: the cluster is shared.
 DIFFERENT_ERRORS = '''
 import os, time

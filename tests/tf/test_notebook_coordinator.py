@@ -2,7 +2,7 @@
 ipykernel driven like a Jupyter front end, real TensorFlow on CPU): the servers start, the kernel
 itself is the coordinator and trains the tutorial's model; a second cluster is refused with the
 reason and the first one is untouched; ``--force`` connects anyway; stop leaves no server behind
-(engine/notebook_coordinator.py).
+(engine/roles/notebook_coordinator.py).
 
 One kernel walks through the steps in order (the second-cluster refusal needs a kernel that has
 connected once, and a fresh kernel per step would triple the cost)."""

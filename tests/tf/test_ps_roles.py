@@ -1,5 +1,5 @@
 """Parameter-server training on real TensorFlow (CPU): 1 ps + 2 worker servers + the coordinator
-kernel that runs the cell (engine/task_servers.py, worker/_ps.py). Tiny models and few steps.
+kernel that runs the cell (engine/roles/task_servers.py, worker/_ps.py). Tiny models and few steps.
 
 One cluster serves the tests in file order (the status test reads it right after the first fit;
 the two ps-kill tests renew every task of it, the second inside the cell with max_restarts); the
@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from mwnotebook import Cluster
-from mwnotebook.engine.task_servers import ParameterServerLost
+from mwnotebook.engine.roles.task_servers import ParameterServerLost
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput
 
 from .._shared.ps_cells import PS_FIT, ps_counter_cell

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from mwnotebook import AsyncCluster, ClusterStartError, ClusterStateError
-from mwnotebook.engine.diagnose import diagnose
+from mwnotebook.engine.cell.diagnose import diagnose
 
 
 class FakeHandle:

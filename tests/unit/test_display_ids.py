@@ -8,7 +8,7 @@ import io
 from types import SimpleNamespace
 from typing import Any
 
-from mwnotebook.engine.late_output import LateItem
+from mwnotebook.engine.cell.late_output import LateItem
 from mwnotebook.frontend.notebook.late_view import NotebookLateView
 from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
 from mwnotebook.shared.events import WorkerOutput

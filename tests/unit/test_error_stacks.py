@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pickle
 
-from mwnotebook.engine.cell_run import CellVerdict
-from mwnotebook.engine.result import RunResult
-from mwnotebook.engine.stacks import StacksReport, ThreadStack, WorkerStacks
+from mwnotebook.engine.cell.result import RunResult
+from mwnotebook.engine.cell.run import CellVerdict
+from mwnotebook.engine.cell.stacks import StacksReport, ThreadStack, WorkerStacks
 from mwnotebook.errors import ClusterTimeoutError, WorkerFailure
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from mwnotebook.engine.late_output import LateOrigin, LateOutput
+from mwnotebook.engine.cell.late_output import LateOrigin, LateOutput
 from mwnotebook.frontend.text.relay import TextRelay
 
 from .._shared.iopub import stream as _stream
@@ -61,7 +61,7 @@ class FakeKernel:
 def test_notebook_view_puts_late_output_in_the_running_cell_else_its_own_and_keeps_display_ids():
     from types import SimpleNamespace
 
-    from mwnotebook.engine.late_output import LateItem
+    from mwnotebook.engine.cell.late_output import LateItem
     from mwnotebook.frontend.notebook.late_view import NotebookLateView
 
     kernel = FakeKernel()
@@ -83,7 +83,7 @@ def test_notebook_view_labels_a_late_figure_with_a_display_of_its_own():
     would never be seen, so a label display comes first (as for rich output during a cell)."""
     from types import SimpleNamespace
 
-    from mwnotebook.engine.late_output import LateItem
+    from mwnotebook.engine.cell.late_output import LateItem
     from mwnotebook.frontend.notebook.late_view import NotebookLateView
 
     kernel = FakeKernel()

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from mwnotebook import AsyncCluster, ClusterSpec
-from mwnotebook.engine.stacks import _dump_one
+from mwnotebook.engine.cell.stacks import _dump_one
 from mwnotebook.launchers.capabilities import (
     AbortsStart,
     HasConnectionFile,

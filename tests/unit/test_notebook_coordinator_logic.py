@@ -1,4 +1,4 @@
-"""The pure parts of ``--coordinator notebook`` (engine/notebook_coordinator.py): which option
+"""The pure parts of ``--coordinator notebook`` (engine/roles/notebook_coordinator.py): which option
 combinations are refused before anything starts, when a second cluster is refused, what the
 status and the failures call the coordinator, and the devices column of a --ps cluster's servers.
 The real flow (a notebook kernel training as coordinator) is tests/tf/test_notebook_coordinator.py."""
@@ -13,8 +13,8 @@ import pytest
 
 from mwnotebook.config.roles import RoleLayout, Task
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.engine import notebook_coordinator
 from mwnotebook.engine.cluster_status import cluster_status
+from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.errors import ConfigError, WorkerFailure, render_attempts
 from mwnotebook.frontend.notebook.magics import _parse_mwtrain_line, mwcluster_parser
 from mwnotebook.frontend.notebook.views import status_bundle

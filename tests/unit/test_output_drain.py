@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import mwnotebook.engine.connection as connection
-from mwnotebook.engine.connection import OUTPUT_COUNT_KEY, Worker
+import mwnotebook.engine.workers.connection as connection
+from mwnotebook.engine.workers.connection import OUTPUT_COUNT_KEY, Worker
 
 from .._shared.iopub import status
 from .._shared.iopub import stream as _stream
@@ -90,7 +90,7 @@ class MetadataClient(FakeClient):
 
 
 def test_a_worker_answering_in_its_reply_metadata_is_asked_no_expressions(tmp_path):
-    from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
+    from mwnotebook.engine.workers.bootstrap import SETTLE_EXPRESSION
 
     client = MetadataClient({"stdout": 3}, settle=True)
     worker = _worker(client, tmp_path)
@@ -109,7 +109,7 @@ def test_a_worker_answering_in_its_reply_metadata_is_asked_no_expressions(tmp_pa
 
 def test_a_worker_without_reply_metadata_keeps_being_asked(tmp_path, monkeypatch):
     monkeypatch.setattr(connection, "DRAIN_QUIET_SECONDS", 0.3)  # this fake sends no idle
-    from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
+    from mwnotebook.engine.workers.bootstrap import SETTLE_EXPRESSION
 
     client = FakeClient([], {"stdout": 0})
     worker = _worker(client, tmp_path)

@@ -2,7 +2,7 @@
 
 import io
 
-from mwnotebook.engine.iopub_events import events_from_iopub
+from mwnotebook.engine.cell.iopub_events import events_from_iopub
 from mwnotebook.frontend.text.relay import LineLabeller, TextRelay
 from mwnotebook.shared.events import METRICS_MIME, WorkerMetrics, WorkerOutput
 

@@ -1,4 +1,4 @@
-"""``--max-restarts``: the restart policy and loop (mwnotebook/engine/restarts.py) with the fake
+"""``--max-restarts``: the restart policy and loop (mwnotebook/engine/cell/restarts.py) with the fake
 workers of tests/unit/test_cell_run.py, the option's parsing, and the metrics store's restart marks.
 
 Each fake "group" is a list of attempts; an attempt is the fake workers one run of the cell meets.
@@ -18,10 +18,10 @@ import pytest
 
 from mwnotebook.config.options import MAX_RESTARTS_ENV, add_restart_argument, max_restarts_from, restart_count
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.engine import restarts as restarts_module
-from mwnotebook.engine.cell_run import CellRun, CellVerdict
-from mwnotebook.engine.restarts import check_max_restarts, lost_worker, run_with_restarts
-from mwnotebook.engine.result import RunResult
+from mwnotebook.engine.cell import restarts as restarts_module
+from mwnotebook.engine.cell.restarts import check_max_restarts, lost_worker, run_with_restarts
+from mwnotebook.engine.cell.result import RunResult
+from mwnotebook.engine.cell.run import CellRun, CellVerdict
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError, RestartFailedError, WorkerDiedError
 from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import RunRestarted

@@ -1,9 +1,9 @@
-"""Parsing faulthandler's dump into threads (mwnotebook/engine/stacks.py): main thread first, cell
+"""Parsing faulthandler's dump into threads (mwnotebook/engine/cell/stacks.py): main thread first, cell
 lines with their source, IPython's own frames left out, collectives called out."""
 
 from __future__ import annotations
 
-from mwnotebook.engine.stacks import StacksReport, WorkerStacks, parse_dump
+from mwnotebook.engine.cell.stacks import StacksReport, WorkerStacks, parse_dump
 
 DUMP = '''Thread 0x00007f0000000002 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 327 in wait

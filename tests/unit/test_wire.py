@@ -1,11 +1,11 @@
-"""mwnotebook/engine/wire.py: messages parsed as the Jupyter protocol says, forged ones refused."""
+"""mwnotebook/engine/workers/wire.py: messages parsed as the Jupyter protocol says, forged ones refused."""
 
 from __future__ import annotations
 
 import pytest
 from jupyter_client.session import Session
 
-from mwnotebook.engine.wire import parse
+from mwnotebook.engine.workers.wire import parse
 
 
 def _frames(session: Session, content: dict) -> list[bytes]:
@@ -36,7 +36,7 @@ def test_a_forged_or_replayed_message_is_refused():
 
 
 def test_worker_clients_share_one_zmq_context_that_stopping_one_leaves_open():
-    from mwnotebook.engine.wire import WorkerClient
+    from mwnotebook.engine.workers.wire import WorkerClient
 
     first, second = WorkerClient(), WorkerClient()
     assert first.context is second.context

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import TextIO
 
-from mwnotebook.engine.late_output import LateItem, LateOrigin
+from mwnotebook.engine.cell.late_output import LateItem, LateOrigin
 from mwnotebook.errors import ClusterRunError, render_attempts, render_failures
 from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics, WorkerOutput, WorkerStateChanged
 from mwnotebook.shared.run_states import RunStates

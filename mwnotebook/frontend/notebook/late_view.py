@@ -4,7 +4,7 @@ Where it goes follows a plain ipykernel (measured with ipykernel 7.4: a thread's
 kernel's latest request): while the notebook runs a cell, into that cell; while it is idle, into the
 cell that started it (JupyterLab keeps a finished cell's request open, so the text is appended there
 and saved with it). Either way each line is labelled ``[worker i, after cell N]``. A terminal IPython
-prints it, labelled. Capping and the always-written log: :mod:`mwnotebook.engine.late_output`.
+prints it, labelled. Capping and the always-written log: :mod:`mwnotebook.engine.cell.late_output`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Any
 
-from mwnotebook.engine.late_output import LateItem, LateOrigin
+from mwnotebook.engine.cell.late_output import LateItem, LateOrigin
 from mwnotebook.frontend.notebook.output_areas import worker_display_id
 from mwnotebook.frontend.notebook.rich_labels import is_rich, label_bundle
 from mwnotebook.frontend.text.relay import late_label, late_lines

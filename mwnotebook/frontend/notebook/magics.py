@@ -27,9 +27,9 @@ from mwnotebook.config.options import (
 )
 from mwnotebook.config.roles import layout_of
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.engine import notebook_coordinator
+from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cluster import Cluster
-from mwnotebook.engine.result import RunResult
+from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.errors import ConfigError, MWNotebookError
 from mwnotebook.frontend.notebook import late_view
 from mwnotebook.frontend.notebook.keras_choice import KerasChoice

@@ -12,7 +12,7 @@ Two details make worker output read as it does in a plain kernel:
   still in the run's result); ``MWNOTEBOOK_SHOW_TF_STARTUP=1`` or ``--show-tf-startup`` shows it.
 * Identical ``execute_result`` outputs of all workers are shown once at the end of the run
   (``grouped_results`` in ``grouping.py`` beside this file); output sent after a run ended is
-  labelled ``[worker i, after cell N]`` (:func:`late_lines`, see :mod:`mwnotebook.engine.late_output`).
+  labelled ``[worker i, after cell N]`` (:func:`late_lines`, see :mod:`mwnotebook.engine.cell.late_output`).
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ class TextRelay:
                 self._write("stdout", data["text/plain"] + "\n")
 
     def late(self, worker: int, origin: str, msg_type: str, content: IOPubContent) -> None:
-        """Output ``worker`` sent after ``origin`` had ended, labelled so (see engine/late_output.py)."""
+        """Output ``worker`` sent after ``origin`` had ended, labelled so (see engine/cell/late_output.py)."""
         if msg_type == "stream":
             self._write(content.get("name", "stdout"), late_lines(worker, origin, content.get("text", "")))
         elif msg_type == "error":

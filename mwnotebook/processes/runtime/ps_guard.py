@@ -80,7 +80,7 @@ def strategies_made() -> int:
 
 
 def forget_strategies() -> None:
-    """Let one more strategy be made (a notebook forced onto a second cluster: engine/notebook_coordinator.py)."""
+    """Let one more strategy be made (a notebook forced onto a second cluster: engine/roles/notebook_coordinator.py)."""
     global _made
     _made = 0
 

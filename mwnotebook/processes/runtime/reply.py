@@ -6,7 +6,7 @@ formatting two ``user_expressions`` per cell (the output count of :mod:`.output`
 N workers sharing few cores, that is paid N times per cell. So the worker puts both answers into the
 execute_reply's metadata (``metadata["mwnotebook"]``: ``written`` per stream, ``settle``) as plain
 values, and the notebook stops asking through expressions once it has seen that metadata
-(``mwnotebook/engine/connection.py``). A worker without this module (a remote host with an older
+(``mwnotebook/engine/workers/connection.py``). A worker without this module (a remote host with an older
 mwnotebook) keeps answering the expressions.
 
 Four more per-request costs of ipykernel are dropped here, each safe because the notebook reads
@@ -26,7 +26,7 @@ And one of traitlets: the kernel's logger is at DEBUG while its only handler sho
 so ipykernel's four ``log.debug`` calls per request each built a ``LogRecord`` that was then thrown
 away. The logger gets its handlers' level (what is shown stays the same).
 
-Installed by the set-up code every worker runs after it starts (``mwnotebook/engine/bootstrap.py``).
+Installed by the set-up code every worker runs after it starts (``mwnotebook/engine/workers/bootstrap.py``).
 """
 # ruff: noqa: SLF001 -- this module patches ipykernel's own per-request methods (private by name)
 

@@ -58,7 +58,7 @@ KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugg
 #: mwnotebook's worker kernel and its start-up, loaded here where importable (a forked child then
 #: installs them without importing; see :func:`worker_kernel`). Importing them installs nothing.
 #: Not ``worker_hooks``: the set-up code tells from its presence whether a kernel has the hooks
-#: (engine/bootstrap.py ``HOOKS_CODE``).
+#: (engine/workers/bootstrap.py ``HOOKS_CODE``).
 WORKER_MODULES = ("mwnotebook.processes.worker_kernel",
                   *(f"mwnotebook.processes.runtime.{name}" for name in (
                       "collective_keys", "containment", "module_walk", "output", "ps_guard", "stack_signal")))

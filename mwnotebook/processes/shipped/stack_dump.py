@@ -3,7 +3,7 @@
 The worker registered ``faulthandler`` on :data:`STACKS_SIGNAL` (``processes/runtime/stack_signal.py``):
 a C signal handler appends all stacks to a file beside its connection file, even while the main
 thread is blocked in native code. The file starts with a line naming the main thread's id. One
-reader for both sides: the notebook for local workers (``engine/stacks.py``) and the remote agent
+reader for both sides: the notebook for local workers (``engine/cell/stacks.py``) and the remote agent
 on a worker's host (``remote_agent.py``, the ``stacks`` command), where the file and the process are.
 """
 

@@ -1,7 +1,7 @@
 """The tasks of a cluster that do not run the cell: a --ps cluster's worker and ps servers
-(engine/task_servers.py), started before the coordinator that uses them and watched for a lost
+(engine/roles/task_servers.py), started before the coordinator that uses them and watched for a lost
 parameter server while a cell runs; and, with --coordinator notebook, this process as the
-coordinator (engine/notebook_coordinator.py holds its hand-over and messages).
+coordinator (engine/roles/notebook_coordinator.py holds its hand-over and messages).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import logging
 
 from mwnotebook.config.roles import layout_of
 from mwnotebook.config.worker_env import task_envs
-from mwnotebook.engine import notebook_coordinator
 from mwnotebook.engine.cluster_state import ClusterState
-from mwnotebook.engine.task_servers import TaskServers
+from mwnotebook.engine.roles import notebook_coordinator
+from mwnotebook.engine.roles.task_servers import TaskServers
 
 log = logging.getLogger(__name__)
 

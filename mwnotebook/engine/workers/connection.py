@@ -3,7 +3,7 @@
 Messages are read straight off the ZMQ sockets with no polling interval, so a cell's output and
 its completion reach the notebook as soon as the kernel sends them. One reader owns IOPub for the
 worker's whole life: output of a running request goes to that request; output whose request has
-ended (a thread printing after its cell returned) goes to :class:`~mwnotebook.engine.late_output.LateOutput`.
+ended (a thread printing after its cell returned) goes to :class:`~mwnotebook.engine.cell.late_output.LateOutput`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any, Literal, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 
-from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
-from mwnotebook.engine.late_output import LateOrigin, LateOutput
-from mwnotebook.engine.output_tally import OutputTally
-from mwnotebook.engine.wire import WorkerClient
+from mwnotebook.engine.cell.late_output import LateOrigin, LateOutput
+from mwnotebook.engine.cell.output_tally import OutputTally
+from mwnotebook.engine.workers.bootstrap import SETTLE_EXPRESSION
+from mwnotebook.engine.workers.wire import WorkerClient
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle
 from mwnotebook.launchers.capabilities import HasLogTail
@@ -91,7 +91,7 @@ def output_log_dir() -> str:
 
 
 def _date(value: Any) -> datetime | None:
-    """A message header's date (an ISO string as :mod:`mwnotebook.engine.wire` leaves it, or a
+    """A message header's date (an ISO string as :mod:`mwnotebook.engine.workers.wire` leaves it, or a
     datetime from jupyter_client's own parsing), or None if it has none that can be compared."""
     if isinstance(value, str):
         try:

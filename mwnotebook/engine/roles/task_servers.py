@@ -20,7 +20,7 @@ Failures, as TensorFlow handles them (measured on TF 2.21 CPU):
   the cause so the cell's error names it first.
 
 Why the coordinator is by default a kernel of its own and not the notebook (the notebook is one
-only on request, ``--coordinator notebook``: engine/notebook_coordinator.py): a process can join
+only on request, ``--coordinator notebook``: engine/roles/notebook_coordinator.py): a process can join
 one TensorFlow cluster once. Reconnecting leaves the old gRPC server listening
 and the old variables invalid, touching the old ``ClusterCoordinator`` crashed the process, and the
 coordinator's own port would sit on the host network without authentication. A coordinator kernel
@@ -36,8 +36,8 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from mwnotebook.config.roles import Task
-from mwnotebook.engine.connection import Worker
-from mwnotebook.engine.late_output import LateOutput
+from mwnotebook.engine.cell.late_output import LateOutput
+from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.errors import ClusterRunError, ClusterStartError, WorkerFailure
 from mwnotebook.launchers import Launcher
 

@@ -1,10 +1,10 @@
 """``--coordinator notebook``: the notebook's own process is a ``--ps`` cluster's coordinator.
 
-The cluster starts its worker and ps servers as usual (engine/task_servers.py) but no coordinator
+The cluster starts its worker and ps servers as usual (engine/roles/task_servers.py) but no coordinator
 kernel; this process gets the chief's variables instead (``TF_CONFIG``, ``GRPC_FAIL_FAST``,
 ``TF_USE_LEGACY_KERAS``), so ``mw.ps_strategy()`` or the stock ``TFConfigClusterResolver`` connects
 from here. It is an opt-in because of what a process that connects to a TensorFlow cluster keeps
-(measured on TF 2.21 CPU, see engine/task_servers.py):
+(measured on TF 2.21 CPU, see engine/roles/task_servers.py):
 
 - the gRPC server TensorFlow starts in this process for the chief task listens, without any
   authentication, on every interface of the machine, and nothing stops it before the process ends;

@@ -1,5 +1,5 @@
 """A throwaway Slurm cluster for tests: munged, one slurmctld and one slurmd per network-namespace
-test host (``tests/remote/netns_hosts.py``), so every node has its own address on the test bridge.
+test host (``tests/_shared/netns_hosts.py``), so every node has its own address on the test bridge.
 
 Layout::
 
@@ -36,8 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
-import netns_hosts
+from tests._shared import netns_hosts
 
 BINARIES = ("munged", "slurmctld", "slurmd", "salloc", "srun", "sinfo", "scancel", "scontrol", "squeue")
 

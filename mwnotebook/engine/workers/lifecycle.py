@@ -1,5 +1,5 @@
 """Starting, restarting, stopping and killing a cluster's worker kernels (with the servers and
-coordinator of engine/task_roles.py): in parallel, each connected and set up before the cluster
+coordinator of engine/roles/task_roles.py): in parallel, each connected and set up before the cluster
 counts as started; a start under way is awaited, never begun twice.
 """
 
@@ -10,12 +10,12 @@ from collections.abc import Awaitable, Callable
 
 from mwnotebook.config.roles import layout_of
 from mwnotebook.config.worker_env import worker_envs
-from mwnotebook.engine import notebook_coordinator
-from mwnotebook.engine.bootstrap import setup_code
+from mwnotebook.engine.cell.diagnose import diagnose
 from mwnotebook.engine.cluster_state import ignore_event
-from mwnotebook.engine.connection import Worker
-from mwnotebook.engine.diagnose import diagnose
-from mwnotebook.engine.task_roles import TaskRoles
+from mwnotebook.engine.roles import notebook_coordinator
+from mwnotebook.engine.roles.task_roles import TaskRoles
+from mwnotebook.engine.workers.bootstrap import setup_code
+from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.errors import ClusterStartError, ClusterStateError
 from mwnotebook.launchers import make_launcher
 from mwnotebook.launchers.capabilities import AbortsStart

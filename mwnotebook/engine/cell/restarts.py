@@ -32,8 +32,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from mwnotebook.engine.cell_run import CellVerdict
-from mwnotebook.engine.result import RunResult
+from mwnotebook.engine.cell.result import RunResult
+from mwnotebook.engine.cell.run import CellVerdict
 from mwnotebook.errors import AttemptFailure, CannotRestartError, ClusterRunError, RestartFailedError, WorkerFailure
 from mwnotebook.shared.events import Event, EventSink, RunRestarted, WorkerMetrics
 

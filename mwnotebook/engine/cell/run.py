@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from mwnotebook.engine.bootstrap import SETTLE_EXPRESSION
-from mwnotebook.engine.connection import ExecutionOutcome, MessageCallback
-from mwnotebook.engine.diagnose import diagnose, is_consequential
-from mwnotebook.engine.iopub_events import events_from_iopub
-from mwnotebook.engine.result import RunResult
-from mwnotebook.engine.stacks import StacksReport, dump_stacks
+from mwnotebook.engine.cell.diagnose import diagnose, is_consequential
+from mwnotebook.engine.cell.iopub_events import events_from_iopub
+from mwnotebook.engine.cell.result import RunResult
+from mwnotebook.engine.cell.stacks import StacksReport, dump_stacks
+from mwnotebook.engine.workers.bootstrap import SETTLE_EXPRESSION
+from mwnotebook.engine.workers.connection import ExecutionOutcome, MessageCallback
 from mwnotebook.errors import (
     ClusterInterrupted,
     ClusterRunError,
@@ -45,7 +45,7 @@ SETTLE_SECONDS = 0.5
 
 
 class RunWorker(Protocol):
-    """What a cell run needs of a worker (:class:`~mwnotebook.engine.connection.Worker`, or a fake)."""
+    """What a cell run needs of a worker (:class:`~mwnotebook.engine.workers.connection.Worker`, or a fake)."""
 
     handle: KernelHandle
     #: Where the worker's output of every cell is appended ('' for none).

@@ -2,11 +2,11 @@
 
 Failure policy. A failing worker usually leaves its peers blocked inside a collective, where an
 interrupt may not reach them (measured: a blocked tf_keras ``fit`` ignores SIGINT). So on the first
-fault the others get SIGINT and ``interrupt_grace`` seconds to stop (engine/cell_run.py); then, if
+fault the others get SIGINT and ``interrupt_grace`` seconds to stop (engine/cell/run.py); then, if
 any worker had to be stopped, died, or is in a state TensorFlow cannot recover from, the whole
 group is restarted with the same TF_CONFIGs. If every worker finished on its own (say, the same
 NameError everywhere), the workers and their variables are kept. With ``--max-restarts`` the cell
-runs again on fresh workers (engine/restarts.py).
+runs again on fresh workers (engine/cell/restarts.py).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import logging
 
 from mwnotebook.config.roles import layout_of
 from mwnotebook.config.worker_env import worker_envs
-from mwnotebook.engine import notebook_coordinator
-from mwnotebook.engine.bootstrap import RELEASE_CODE
-from mwnotebook.engine.cell_run import CellRun, CellVerdict
+from mwnotebook.engine.cell.restarts import check_max_restarts, run_with_restarts
+from mwnotebook.engine.cell.result import RunResult
+from mwnotebook.engine.cell.run import CellRun, CellVerdict
 from mwnotebook.engine.cluster_state import ignore_event
-from mwnotebook.engine.connection import Worker
-from mwnotebook.engine.restarts import check_max_restarts, run_with_restarts
-from mwnotebook.engine.result import RunResult
-from mwnotebook.engine.task_servers import ParameterServerLost
-from mwnotebook.engine.worker_lifecycle import WorkerLifecycle
+from mwnotebook.engine.roles import notebook_coordinator
+from mwnotebook.engine.roles.task_servers import ParameterServerLost
+from mwnotebook.engine.workers.bootstrap import RELEASE_CODE
+from mwnotebook.engine.workers.connection import Worker
+from mwnotebook.engine.workers.lifecycle import WorkerLifecycle
 from mwnotebook.errors import ClusterInterrupted, ClusterStartError, ClusterStateError, WorkerFailure
 from mwnotebook.launchers.capabilities import ReplacesNodes
 from mwnotebook.shared.events import Event, EventSink
@@ -56,7 +56,7 @@ class CellRunner(WorkerLifecycle):
         ``restart_on_failure=False`` skips the group restart after a fault (for callers that stop
         the cluster next anyway, like the command-line runner); the error's ``restarted`` says
         which happened. ``max_restarts`` (default: the spec's): after losing workers, run the cell
-        again on fresh ones up to this many times (mwnotebook/engine/restarts.py); ``timeout``
+        again on fresh ones up to this many times (mwnotebook/engine/cell/restarts.py); ``timeout``
         bounds each attempt; ``fresh_setup`` runs silently in fresh workers before the cell runs
         again (the command-line runner's ``sys.argv``/``__file__`` preamble). ``abort``: the cell's
         interrupt, made by a caller that may set it before this coroutine has begun (a Ctrl-C in
