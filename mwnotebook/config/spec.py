@@ -7,9 +7,11 @@ import importlib.util
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from mwnotebook.config.hosts import HostSpec, worker_hosts
 from mwnotebook.config.role_checks import check_roles
+from mwnotebook.config.roles import RoleLayout
 from mwnotebook.errors import ConfigError
 
 #: More local workers than this is almost certainly a typo (each one is a full TensorFlow process).
@@ -151,6 +153,12 @@ class ClusterSpec:
         check_roles(self)
         if not self.startup_timeout > 0:
             raise ConfigError(f"startup_timeout must be > 0 seconds, got {self.startup_timeout!r}")
+
+    @cached_property
+    def layout(self) -> RoleLayout:
+        """The TensorFlow tasks of this cluster (config/roles.py), derived here once from ``workers``,
+        ``ps``, ``chief`` and ``evaluator``: every other module reads this, none recomputes it."""
+        return RoleLayout(workers=self.workers, ps=self.ps, chief=self.chief, evaluator=self.evaluator)
 
     @property
     def uses_slurm(self) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from mwnotebook.config.devices import NO_GPU, visible_devices_per_worker
-from mwnotebook.config.roles import Task, layout_of
+from mwnotebook.config.roles import Task
 from mwnotebook.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def worker_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping
     anything starts.
     """
     envs = task_envs(spec, addresses, environ=environ, gpu_count=gpu_count)
-    return [envs[task] for task in layout_of(spec).cell_tasks()]
+    return [envs[task] for task in spec.layout.cell_tasks()]
 
 
 def task_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping[str, str] | None = None,
@@ -115,7 +115,7 @@ def task_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping[s
     hold variables and schedule steps). Every task of a ``--ps`` cluster gets
     ``GRPC_FAIL_FAST=use_caller``: without it a lost worker is not reported to the coordinator.
     """
-    layout = layout_of(spec)
+    layout = spec.layout
     tasks = layout.training_tasks()
     if len(addresses) != len(tasks):
         raise ConfigError(f"{len(addresses)} addresses for {len(tasks)} TensorFlow tasks "
@@ -189,6 +189,4 @@ def startup_env(spec: ClusterSpec) -> dict[str, str]:
     (``launchers/local/template_pool.py`` ``PER_WORKER_ENV``). Raises :class:`ConfigError` as
     :func:`worker_envs` does, before anything starts.
     """
-    from mwnotebook.config.roles import layout_of  # the tasks that start from a template
-
-    return worker_envs(spec, ["127.0.0.1:0"] * len(layout_of(spec).training_tasks()))[0]
+    return worker_envs(spec, ["127.0.0.1:0"] * len(spec.layout.training_tasks()))[0]

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from mwnotebook.config import worker_env as worker_setup
-from mwnotebook.config.roles import layout_of
 from mwnotebook.config.slurm_options import split_salloc_args
 from mwnotebook.config.worker_env import worker_envs
 from mwnotebook.errors import ConfigError
@@ -90,7 +89,7 @@ def _worker_env(spec: Any) -> dict[str, str]:
     differs per task and is built at run time from Slurm's variables (TF_CONFIG, the worker index)."""
     if uses_roles(spec):
         return shared_env(spec, gpu_count=spec.workers * (spec.gpus_per_worker or 0))
-    placeholders = [f"node:{port}" for port in range(len(layout_of(spec).training_tasks()))]
+    placeholders = [f"node:{port}" for port in range(len(spec.layout.training_tasks()))]
     # GPUs are bound per task by srun --gpus-per-task, not split on this machine: never ask its driver.
     env = worker_envs(spec, placeholders, environ={}, gpu_count=spec.workers * (spec.gpus_per_worker or 0))[0]
     for per_task in ("TF_CONFIG", "MWNOTEBOOK_WORKER_INDEX"):
@@ -237,7 +236,7 @@ def export_format(code: str, out_dir: str | Path, spec: Any, fmt: str, *, python
         batch.write_text(batch_script_source(spec, env, python))
         batch.chmod(0o755)
         files: tuple[Path, ...] = (script, launcher, batch)
-        if layout_of(spec).parameter_server:
+        if spec.layout.parameter_server:
             serve = directory / SERVE_NAME
             serve.write_text(SERVE_SOURCE)
             files += (serve,)

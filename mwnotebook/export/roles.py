@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mwnotebook.config.roles import Task, layout_of
+from mwnotebook.config.roles import Task
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.tf_config import PortReservation, format_address
 from mwnotebook.config.worker_env import task_envs
@@ -84,7 +84,7 @@ def export_roles(directory: Path, spec: ClusterSpec, ports: Sequence[int] | None
                  addresses: Sequence[str] | None = None) -> tuple[list[Path], Path, list[str]]:
     """Write the role launchers (and ``serve.py``) into ``directory``; returns them, run-local.sh and
     the addresses (``addresses``: the training tasks' own, e.g. from ``--hosts``; default loopback ports)."""
-    layout = layout_of(spec)
+    layout = spec.layout
     tasks = layout.training_tasks()
     if addresses is not None:
         return _write_roles(directory, spec, list(addresses), python)
@@ -100,7 +100,7 @@ def export_roles(directory: Path, spec: ClusterSpec, ports: Sequence[int] | None
 
 def _write_roles(directory: Path, spec: ClusterSpec, addresses: list[str],
                  python: str) -> tuple[list[Path], Path, list[str]]:
-    layout = layout_of(spec)
+    layout = spec.layout
     envs = task_envs(spec, addresses, environ={}, gpu_count=0) if spec.gpus_per_worker is None \
         else task_envs(spec, addresses)
     serving = set(layout.server_tasks())
@@ -129,7 +129,7 @@ def uses_roles(spec: ClusterSpec) -> bool:
 
 def roles_readme(spec: ClusterSpec, addresses: Sequence[str]) -> str:
     """``README.md`` of a role export: which launcher is which task, and how to run them elsewhere."""
-    layout = layout_of(spec)
+    layout = spec.layout
     rows = [f"| `{launcher_name(t)}` | {t.type} {t.index} | `{a}` |"
             for t, a in zip(layout.training_tasks(), addresses)]
     if layout.evaluator:
@@ -154,7 +154,7 @@ def tfjob_replica_specs(spec: ClusterSpec, container: dict[str, Any], volumes: l
     """``tfReplicaSpecs`` with Chief / Worker / PS / Evaluator replicas (the operator writes each pod's
     TF_CONFIG, and leaves the evaluator out of the others' cluster). A ``--ps`` cluster's Worker and
     PS pods run ``serve.py``; the parameter servers and the coordinator get no GPU."""
-    layout = layout_of(spec)
+    layout = spec.layout
     counts: dict[str, int] = {}
     for task in layout.training_tasks():
         counts[task.type] = counts.get(task.type, 0) + 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from mwnotebook.config.roles import Task, layout_of
+from mwnotebook.config.roles import Task
 from mwnotebook.config.worker_env import task_envs
 
 #: The file (in the submit directory, shared by the nodes) where a ``--ps`` job's chief leaves its exit status.
@@ -23,13 +23,13 @@ DONE_FILE = '"$PWD/.mwnotebook-chief-${SLURM_JOB_ID:-0}.status"'
 
 def slurm_tasks(spec: Any) -> list[Task]:
     """The TensorFlow task of each Slurm rank, in rank order."""
-    layout = layout_of(spec)
+    layout = spec.layout
     return [*layout.training_tasks(), *([Task("evaluator", 0)] if layout.evaluator else [])]
 
 
 def tasks_variable(spec: Any) -> str:
     """``MWNOTEBOOK_TF_TASKS``: ``type:index`` per rank, ``:serve`` on the tasks that only run a server."""
-    servers = set(layout_of(spec).server_tasks())
+    servers = set(spec.layout.server_tasks())
     return " ".join(f"{t.type}:{t.index}" + (":serve" if t in servers else "") for t in slurm_tasks(spec))
 
 
@@ -37,7 +37,7 @@ def shared_env(spec: Any, gpu_count: int) -> dict[str, str]:
     """The variables every task has alike (config/worker_env.py ``task_envs``, the one rule), for the
     batch script to export; what differs per task (TF_CONFIG, the worker index, a server's devices)
     is left out: the launcher builds TF_CONFIG, Slurm's ``--gpus-per-task`` binds the GPUs."""
-    placeholders = [f"node:{port}" for port in range(len(layout_of(spec).training_tasks()))]
+    placeholders = [f"node:{port}" for port in range(len(spec.layout.training_tasks()))]
     envs = list(task_envs(spec, placeholders, environ={}, gpu_count=gpu_count).values())
     return {key: value for key, value in envs[0].items()
             if key not in ("TF_CONFIG", "MWNOTEBOOK_WORKER_INDEX") and all(e.get(key) == value for e in envs)}
@@ -46,7 +46,7 @@ def shared_env(spec: Any, gpu_count: int) -> dict[str, str]:
 def roles_step(spec: Any, python: str, launcher: str, script: str, serve: str) -> list[str]:
     """The batch script's lines from the task map to its ``exit``: one step with every task."""
     q = shlex.quote
-    layout = layout_of(spec)
+    layout = spec.layout
     lines = ["# Slurm rank -> TensorFlow task (chief, workers, ps; the evaluator last, outside the",
              "# training cluster). ':serve' tasks run serve.py, a TensorFlow server that joins forever.",
              f"export MWNOTEBOOK_TF_TASKS={q(tasks_variable(spec))}"]

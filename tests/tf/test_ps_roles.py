@@ -141,11 +141,10 @@ print("scheduled", STEPS)
 
 
 def test_a_custom_loop_reports_each_scheduled_step_on_the_curve_of_the_worker_server_that_ran_it(ps_cluster):
-    from mwnotebook.config.roles import layout_of
     from mwnotebook.dashboard import Dashboard
     from mwnotebook.frontend.chart.lines import chart_lines
 
-    lines = chart_lines(layout_of(ps_cluster.spec))
+    lines = chart_lines(ps_cluster.spec.layout)
     assert (lines.kernels, lines.servers) == (1, 2)
     board = Dashboard(1, use_widget=False, lines=lines)
     result = ps_cluster.run(SERVER_CURVES.replace("STEPS", "120"), on_event=board, timeout=300)

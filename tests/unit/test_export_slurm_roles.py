@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mwnotebook.config.roles import Task, layout_of
+from mwnotebook.config.roles import Task
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.export.formats import export_format
 from mwnotebook.export.slurm_roles import slurm_tasks, tasks_variable
@@ -34,7 +34,7 @@ def _configs(spec: ClusterSpec, tasks_per_node: str) -> list[dict]:
     (ClusterSpec(workers=1, evaluator=True, cpu=True), "1(x2)"),
 ])
 def test_each_rank_gets_the_tf_config_of_its_task(spec, per_node) -> None:
-    layout = layout_of(spec)
+    layout = spec.layout
     configs = _configs(spec, per_node)
     ranks = stc.cluster_list(NODES, ADDRS, stc.expand_counts(per_node), stc.DEFAULT_PORT)
     assert len(set(ranks)) == len(ranks)  # tasks sharing a node listen on different ports

@@ -94,6 +94,19 @@ def test_ps_spec_differs_from_plain():
     assert spec_of("--workers 2 --chief") != spec_of("--workers 2")
 
 
+def test_the_spec_derives_its_layout_once():
+    """``spec.layout`` is the one derivation of the role layout: the same object on every read,
+    not part of the spec's equality, and a replaced spec gets its own."""
+    import dataclasses
+
+    spec = spec_of("--workers 3 --ps 2 --evaluator")
+    assert spec.layout == RoleLayout(workers=3, ps=2, evaluator=True)
+    assert spec.layout is spec.layout
+    assert spec == spec_of("--workers 3 --ps 2 --evaluator")
+    assert dataclasses.replace(spec, evaluator=False).layout == RoleLayout(workers=3, ps=2)
+    assert ClusterSpec(workers=2, chief=True).layout.kernel_names() == {}
+
+
 def with_config(monkeypatch, cluster, kind, index):
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}}))
 

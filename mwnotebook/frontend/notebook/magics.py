@@ -25,7 +25,6 @@ from mwnotebook.config.options import (
     seconds,
     spec_from_options,
 )
-from mwnotebook.config.roles import layout_of
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cluster import Cluster
@@ -204,8 +203,8 @@ class MWMagics(Magics):
         if keras_note:
             print(keras_note, file=sys.stderr)
         cluster = self.session.cluster_for(spec)
-        kernels = len(layout_of(spec).cell_tasks())  # a --ps cluster runs the cell in its coordinator only
-        name_workers(layout_of(spec).kernel_names())  # [evaluator], [coordinator]
+        kernels = len(spec.layout.cell_tasks())  # a --ps cluster runs the cell in its coordinator only
+        name_workers(spec.layout.kernel_names())  # [evaluator], [coordinator]
         output = _output_sink(self.shell, kernels, ns.show_tf_startup, clears="clear_output" in cell)
         chart = None if ns.no_dashboard else _chart_sink(spec, kernels)
         on_event = _fan_out(*([chart] if chart is not None else []), output)
@@ -301,7 +300,7 @@ def _chart_sink(spec: ClusterSpec, kernels: int) -> ChartOnFirstMetric:
     """The cell's live chart; under --ps with a line per worker server too (frontend/chart/lines.py)."""
     from mwnotebook.frontend.chart.lines import chart_lines  # the chart's modules load on first use
 
-    lines = chart_lines(layout_of(spec))
+    lines = chart_lines(spec.layout)
     return ChartOnFirstMetric(kernels, lines=lines) if lines.servers else ChartOnFirstMetric(kernels)
 
 
