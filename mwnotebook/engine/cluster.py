@@ -24,6 +24,7 @@ from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.errors import STACKS_HEADING
 from mwnotebook.launchers import Launcher
+from mwnotebook.registry.publication import Publication
 from mwnotebook.shared.events import Event, EventSink
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class Cluster:
                  **spec_fields: Any) -> None:
         self._core = AsyncCluster(spec, launcher=launcher, **spec_fields)
         self._loop = background_loop()
+        self._published = Publication(self)  # the clusters panel's view: mwnotebook/registry/
         _live.add(self)
 
     @property
@@ -123,6 +125,7 @@ class Cluster:
         if not self.started:
             self.start(on_event)
         abort = asyncio.Event()  # bound to the loop on first use; set there, never from this thread
+        self._published.cell(code)
         return self._run_with_events(
             lambda sink: self._core.run(code, on_event=sink, timeout=timeout, restart_on_failure=restart_on_failure,
                                         max_restarts=max_restarts, abort=abort),
@@ -141,7 +144,8 @@ class Cluster:
         a second one kills every worker and re-raises.
         """
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        future = self._loop.submit(make_coro(events.put) if on_event is not None else make_coro(None))
+        future = self._loop.submit(make_coro(self._published.watch(events.put if on_event is not None else None)))
+        future.add_done_callback(self._published.settled)
         future.add_done_callback(lambda _f: events.put(_DONE))
         interrupts = 0
         with SigintToQueue(events):
@@ -197,7 +201,10 @@ class Cluster:
 
     def stop(self) -> None:
         """Shut all workers down and release their ports and files. The cluster can be started again."""
-        self._loop.run(self._core.stop())
+        try:
+            self._loop.run(self._core.stop())
+        finally:
+            self._published.stopped()
 
     def status(self) -> list[WorkerInfo]:
         return self._loop.run(self._core.status())

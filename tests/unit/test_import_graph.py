@@ -27,9 +27,9 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (1, ("mwnotebook.shared", "mwnotebook.config")),
     (2, ("mwnotebook.worker", "mwnotebook.recipes", "mwnotebook.profiling", "mwnotebook.processes",
          "mwnotebook.export")),
-    (3, ("mwnotebook.launchers",)),
+    (3, ("mwnotebook.launchers", "mwnotebook.registry")),
     (4, ("mwnotebook.engine",)),
-    (5, ("mwnotebook.dashboard", "mwnotebook.frontend")),
+    (5, ("mwnotebook.dashboard", "mwnotebook.frontend", "mwnotebook.server")),
     (6, ("mwnotebook",)),
 ]
 

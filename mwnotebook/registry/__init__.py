@@ -1,0 +1,9 @@
+"""What running clusters publish for the clusters panel, and how the panel reaches them.
+
+Each running cluster keeps a small state file in the Jupyter runtime directory
+(``<runtime>/mwnotebook/cluster-<id>.json``, 0600, replaced atomically: ``state.py``) and listens on
+a 0600 unix socket beside it for ``interrupt``/``restart``/``stop`` from the Jupyter server
+(``control.py``). ``publication.py`` is the one collaborator the engine's blocking ``Cluster``
+facade holds; ``orphans.py`` recognises and cleans a file whose owning kernel is gone. The Jupyter
+server extension (``mwnotebook/server/``) reads the files; nothing here needs it.
+"""

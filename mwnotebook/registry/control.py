@@ -1,0 +1,147 @@
+"""The owning kernel's control channel: a 0600 unix socket that takes ``interrupt``, ``restart``, ``stop``.
+
+A request is one JSON line (``{"action": "stop"}``), the answer one JSON line (``{"ok": true}`` or
+``{"ok": false, "error": "..."}``). Only a peer of this process's own user is served (the socket
+is 0600 in a 0700 directory, and the peer's credentials are checked: ``SO_PEERCRED``). The answer
+says the action was accepted; it then runs on its own thread, so a kernel busy with a cell still
+obeys (the cluster's engine runs on a background loop), and the caller sees its effect in the
+state file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("interrupt", "restart", "stop")
+_MAX_REQUEST = 4096
+
+
+class ControlError(RuntimeError):
+    """The owner could not be asked (no socket, no answer) or refused the request."""
+
+
+def peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
+
+
+class ControlListener:
+    """Serves the socket at ``path`` on a daemon thread; ``accept(action)`` returns an error text or None.
+
+    ``accept`` must return quickly: it decides and hands the work to another thread."""
+
+    def __init__(self, path: Path, accept: Callable[[str], str | None]) -> None:
+        self.path = path
+        self._accept = accept
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            self._sock.bind(str(path))
+        finally:
+            os.umask(old_umask)
+        self._sock.listen(8)
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name=f"mwnotebook-control-{path.stem}", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                break
+            with conn:
+                try:
+                    self._answer(conn)
+                except Exception:  # one bad request must not end the channel
+                    log.debug("control request failed", exc_info=True)
+
+    def _answer(self, conn: socket.socket) -> None:
+        conn.settimeout(5)
+        if peer_uid(conn) != os.getuid():
+            _send(conn, {"ok": False, "error": "refused: another user"})
+            return
+        data = b""
+        while b"\n" not in data and len(data) < _MAX_REQUEST:
+            chunk = conn.recv(1024)
+            if not chunk:
+                break
+            data += chunk
+        try:
+            request = json.loads(data.split(b"\n", 1)[0])
+            action = request["action"]
+        except (ValueError, KeyError, TypeError):
+            _send(conn, {"ok": False, "error": "bad request: expected one JSON line with an action"})
+            return
+        if action not in ACTIONS:
+            _send(conn, {"ok": False, "error": f"unknown action {action!r}; one of {', '.join(ACTIONS)}"})
+            return
+        error = self._accept(action)
+        _send(conn, {"ok": error is None, **({"error": error} if error else {})})
+
+    def close(self) -> None:
+        """Stop serving and remove the socket file."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
+
+
+def _send(conn: socket.socket, answer: dict[str, Any]) -> None:
+    conn.sendall(json.dumps(answer).encode() + b"\n")
+
+
+def send(path: str | os.PathLike[str], action: str, timeout: float = 5.0) -> None:
+    """Ask the owner listening at ``path`` to do ``action``; raises :class:`ControlError` if it can't."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
+    try:
+        info = os.stat(path)
+    except OSError as e:
+        raise ControlError(f"the cluster's owner has no control socket at {path}: {e.strerror}") from e
+    if info.st_uid != os.getuid():
+        raise ControlError(f"refused: {path} belongs to uid {info.st_uid}, not to this user")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(os.fspath(path))
+            sock.sendall(json.dumps({"action": action}).encode() + b"\n")
+            data = b""
+            while b"\n" not in data:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError as e:
+            raise ControlError(f"the cluster's owner did not answer on {path}: {e}") from e
+    try:
+        answer = json.loads(data)
+    except ValueError as e:
+        raise ControlError(f"the cluster's owner gave no answer on {path}") from e
+    if not answer.get("ok"):
+        raise ControlError(str(answer.get("error") or "refused"))
