@@ -1,36 +1,356 @@
 """The async core: N worker kernels that run a cell in lockstep, restarted as a group after a fault.
 
-:class:`AsyncCluster` is assembled from one class per concern (engine/cluster_state.py says which);
-this module adds what one can ask of a running cluster: each task's status, the scheduler's job,
-read-only snippets run on every worker, and every worker's stacks.
+:class:`AsyncCluster` owns a cell's whole path and holds its collaborators, each with its own state:
+the cell kernels (:class:`~mwnotebook.engine.workers.lifecycle.WorkerGroup`: launcher, addresses,
+environments, workers), the tasks that run no cell (:class:`~mwnotebook.engine.roles.task_roles.TaskRoles`:
+a ``--ps`` cluster's servers, the notebook as coordinator), each task's state
+(:class:`~mwnotebook.engine.cluster_state.TaskStates`) and the output that arrives late
+(:class:`~mwnotebook.engine.cell.late_output.LateOutput`). One cell's run is
+:class:`~mwnotebook.engine.cell.run.CellRun`; its restarts, :func:`~mwnotebook.engine.cell.restarts.run_with_restarts`.
+
+Failure policy. A failing worker usually leaves its peers blocked inside a collective, where an
+interrupt may not reach them (measured: a blocked tf_keras ``fit`` ignores SIGINT). So on the first
+fault the others get SIGINT and ``interrupt_grace`` seconds to stop (engine/cell/run.py); then, if
+any worker had to be stopped, died, or is in a state TensorFlow cannot recover from, the whole
+group is restarted with the same TF_CONFIGs. If every worker finished on its own (say, the same
+NameError everywhere), the workers and their variables are kept. With ``--max-restarts`` the cell
+runs again on fresh workers (engine/cell/restarts.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
-from mwnotebook.config.roles import layout_of
+from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.engine.cell.late_output import LateOutput
+from mwnotebook.engine.cell.restarts import HOST_WAIT_SECONDS, CellLimits, run_with_restarts
+from mwnotebook.engine.cell.result import RunResult
+from mwnotebook.engine.cell.run import CellRun, CellVerdict
 from mwnotebook.engine.cell.stacks import StacksReport, dump_stacks
-from mwnotebook.engine.cell.with_restarts import CellRunner
+from mwnotebook.engine.cluster_state import TaskStates, ignore_event
 from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
+from mwnotebook.engine.roles import notebook_coordinator
+from mwnotebook.engine.roles.task_roles import TaskRoles
+from mwnotebook.engine.roles.task_servers import ParameterServerLost, TaskServers
 from mwnotebook.engine.workers.connection import Worker
-from mwnotebook.errors import ClusterStateError
-from mwnotebook.launchers.capabilities import ReportsJob
+from mwnotebook.engine.workers.lifecycle import WorkerGroup
+from mwnotebook.errors import ClusterInterrupted, ClusterStateError, WorkerFailure
+from mwnotebook.launchers import Launcher
+from mwnotebook.shared.events import EventSink
+
+log = logging.getLogger(__name__)
+
+NOT_RUNNING = "no cluster is running: start one first (%%mwtrain or %mwcluster start)"
 
 
-class AsyncCluster(CellRunner):
+class AsyncCluster:
     """N worker kernels that run cells in lockstep. All methods run on one event loop."""
+
+    def __init__(self, spec: ClusterSpec | None = None, *, launcher: Launcher | None = None,
+                 **spec_fields: Any) -> None:
+        if spec is not None and spec_fields:
+            raise TypeError("pass either a ClusterSpec or its fields, not both")
+        self.spec = spec if spec is not None else ClusterSpec(**spec_fields)
+        self._layout = self.spec.layout
+        #: --coordinator notebook: no kernel runs the cell; this process coordinates
+        #: (engine/roles/notebook_coordinator.py).
+        self._notebook = self.spec.coordinator == "notebook"
+        #: Kernels that run the cell: every replica, or a --ps cluster's coordinator alone.
+        cell_count = 0 if self._notebook else len(self._layout.cell_tasks())
+        #: Output workers send after their cell ended (mwnotebook/engine/cell/late_output.py).
+        self.late_output = LateOutput()
+        #: ``--max-restarts``: how long fresh workers may fail to start before the cell gives up.
+        self.restart_host_wait = HOST_WAIT_SECONDS
+        self._states = TaskStates(max(self.spec.workers, cell_count))
+        self._group = WorkerGroup(self.spec, self._layout, cell_count, self.late_output, launcher)
+        self._roles = TaskRoles(self.spec, self._layout, self.late_output, self._running_cell_abort)
+        self._start_task: asyncio.Future[None] | None = None
+        self._abort: asyncio.Event | None = None
+        self._running = False
+        self._cell_code: str | None = None
+        #: Where workers moved in a restart still under way (lines for its RunRestarted).
+        self._moved: list[str] = []
+
+    # -- what one can read ---------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return bool(self._group.workers) or self._roles.joined
+
+    @property
+    def workers(self) -> tuple[Worker, ...]:
+        """The connections to the kernels that run the cell, in cell order (empty when stopped, and
+        while they are replaced). For looking at a worker's kernel handle or client; the cluster
+        alone starts, runs and ends them."""
+        return self._group.workers
+
+    @property
+    def launcher(self) -> Launcher | None:
+        """The launcher that placed the workers (None before a start and after a stop, unless given)."""
+        return self._group.launcher
+
+    @property
+    def addresses(self) -> list[str]:
+        return self._group.addresses
+
+    @property
+    def network_isolated(self) -> bool:
+        """True when the workers' TensorFlow ports sit in a private network namespace."""
+        return self._group.network_isolated
+
+    @property
+    def tf_configs(self) -> list[dict[str, Any]]:
+        addresses = self._group.addresses
+        return [self._layout.tf_config(addresses, t) for t in self._layout.cell_tasks()] if addresses else []
+
+    @property
+    def notebook_notice(self) -> str:
+        """--coordinator notebook: what listens where, unauthenticated ("" before a start, or otherwise)."""
+        return self._roles.notice(self._group.addresses)
+
+    @property
+    def servers(self) -> TaskServers | None:
+        """A --ps cluster's worker and ps servers (None for other clusters)."""
+        return self._roles.servers
+
+    # -- start, restart, stop --------------------------------------------------------------------
+
+    async def start(self, on_event: EventSink | None = None) -> None:
+        """Start every worker in parallel and wait until all answer.
+
+        Idempotent; a caller that arrives while a start is under way (say, one begun in the
+        background by ``%mwcluster start``) waits for that start instead of beginning another.
+        """
+        if self.started:
+            return
+        if self._start_task is None:
+            task = asyncio.ensure_future(self._start(on_event))
+            task.add_done_callback(self._start_finished)
+            self._start_task = task
+        await asyncio.shield(self._start_task)
+
+    async def _start(self, on_event: EventSink | None) -> None:
+        if self._notebook:
+            refused = notebook_coordinator.refusal(self.spec.force)
+            if refused is not None:
+                raise refused
+        try:
+            await self._group.place()
+            await self._start_servers()
+            if self._notebook:
+                self._roles.join_here(self._group.envs[0]["TF_CONFIG"], self._group.addresses)
+                self._states.set(0, "notebook")
+                log.info("%s", self.notebook_notice)
+                return
+            await self._group.start(self._states.sink(on_event or ignore_event))
+        except BaseException:
+            await self._group.close()
+            raise
+
+    async def _start_servers(self) -> None:
+        launcher = self._group.launcher
+        assert launcher is not None
+        await self._roles.start_servers(launcher, self._group.addresses)
+
+    def _start_finished(self, task: asyncio.Future[None]) -> None:
+        if self._start_task is task:
+            self._start_task = None
+        if not task.cancelled():
+            task.exception()  # retrieved here so a failed background start is not logged as lost
+
+    async def restart(self, on_event: EventSink | None = None) -> None:
+        """Replace every worker process with a fresh one (same TF_CONFIGs). Variables are lost."""
+        if self._notebook:
+            raise ClusterStateError(notebook_coordinator.NO_RESTART)
+        if not self._group.workers:
+            raise ClusterStateError(NOT_RUNNING)
+        await self._group.drop_release()
+        await self._group.drop()
+        await self._start_servers()
+        await self._group.start(self._states.sink(on_event or ignore_event))
+
+    async def restart_in_background(self) -> None:
+        """Kill every worker now and start fresh ones without waiting for them.
+
+        Used after a failed cell: the error reaches the user at once, and the next ``run`` (or
+        ``start``) waits for the new workers.
+        """
+        await self._group.drop_release()
+        await self._group.drop()
+
+        async def start_fresh() -> None:  # after the failed cell's output ended: nobody to tell
+            await self._start_servers()
+            await self._group.start(self._states.sink(ignore_event))
+
+        task = asyncio.ensure_future(start_fresh())
+        task.add_done_callback(self._start_finished)
+        self._start_task = task
+
+    async def stop(self) -> None:
+        """Shut every worker down (politely, then by force) and release ports and files."""
+        await self._end_workers(kill=False)
+        for i in range(self.spec.workers):
+            self._states.set(i, "stopped")
+        await self._group.close()
+
+    async def kill(self) -> None:
+        """Stop every worker at once, no questions asked (used at interpreter exit)."""
+        self._group.abort_start()
+        await self._end_workers(kill=True)
+        await self._group.close()
+
+    async def _end_workers(self, kill: bool) -> None:
+        """What stop and kill share: a start under way is awaited first (so no worker it makes is
+        missed), then every worker is ended in parallel, then the servers."""
+        if self._start_task is not None:
+            await asyncio.gather(asyncio.shield(self._start_task), return_exceptions=True)
+        await self._group.drop_release()
+        await self._group.end((lambda w: w.kill()) if kill else (lambda w: w.shutdown()))
+        await self._roles.stop_servers()
+        if self._roles.leave_here():
+            self._states.set(0, "stopped")
+
+    # -- one cell ---------------------------------------------------------------------------------
+
+    def request_abort(self) -> None:
+        """Stop the running cell on every worker (the notebook's interrupt). Safe to call any time."""
+        if self._abort is not None:
+            self._abort.set()
+
+    def _running_cell_abort(self) -> asyncio.Event | None:
+        return self._abort if self._running else None
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell, or send SIGINT to every worker when none runs."""
+        if self._running:
+            self.request_abort()
+        else:
+            await self._group.interrupt()
+
+    async def run(self, code: str, on_event: EventSink | None = None,
+                  timeout: float | None = None, restart_on_failure: bool = True,
+                  max_restarts: int | None = None, fresh_setup: str | None = None,
+                  abort: asyncio.Event | None = None) -> RunResult:
+        """Run ``code`` on every worker at once. Raises a :class:`ClusterRunError` subclass on failure.
+
+        ``restart_on_failure=False`` skips the group restart after a fault (for callers that stop
+        the cluster next anyway); the error's ``restarted`` says which happened. ``max_restarts``
+        (default: the spec's): after losing workers, run the cell again on fresh ones up to this
+        many times (mwnotebook/engine/cell/restarts.py); ``timeout`` bounds each attempt;
+        ``fresh_setup`` runs silently in fresh workers before the cell runs again (the command-line
+        runner's ``sys.argv``/``__file__`` preamble). ``abort``: the cell's interrupt, made by a
+        caller that may set it before this coroutine has begun (a Ctrl-C in another thread,
+        engine/cluster.py); default: a new one, set by :meth:`request_abort`.
+        """
+        limits = CellLimits.of(timeout, max_restarts, self.spec.max_restarts)
+        return await self.run_within(code, limits, on_event, restart_on_failure, fresh_setup, abort)
+
+    async def run_within(self, code: str, limits: CellLimits, on_event: EventSink | None = None,
+                         restart_on_failure: bool = True, fresh_setup: str | None = None,
+                         abort: asyncio.Event | None = None) -> RunResult:
+        """:meth:`run` with its limits already checked (``Cluster.run`` checks them before it starts
+        the cluster)."""
+        if self._notebook:
+            raise ClusterStateError(notebook_coordinator.NO_CELLS)
+        if self._running:
+            raise ClusterStateError("a cell is already running on this cluster")
+        # The cell's abort exists from here on: a Ctrl-C while the cell still waits for a start, a
+        # restart or the last cell's release is this cell's interrupt, not lost (request_abort).
+        self._running = True
+        abort = self._abort = abort or asyncio.Event()
+        try:
+            await self._ready_for_a_cell(on_event)
+            if abort.is_set():
+                raise ClusterInterrupted([WorkerFailure(w.index, "interrupted") for w in self._group.workers],
+                                         restarted=False,
+                                         detail="interrupted before the cell started: it ran on no worker")
+        except BaseException:
+            self._running = False
+            self._abort = None
+            raise
+        self._cell_code = code
+        emit = on_event or ignore_event
+        verdict: CellVerdict | None = None
+        self._moved = []  # lines of an earlier cell's restart that never completed are not this cell's
+        names = self._layout.kernel_names()  # a --ps cluster's "coordinator", the "evaluator"
+
+        async def run_once(sink: EventSink) -> CellVerdict:
+            verdict = await CellRun(self._group.workers, code, limits.timeout, abort, sink).run()
+            for failure in verdict.failures:
+                failure.name = names.get(failure.worker, "")
+            return verdict
+        try:
+            outcome = await run_with_restarts(
+                run_once, lambda: self._replace_workers(fresh_setup, emit), self._states.sink(emit),
+                limits.max_restarts, host_wait=self.restart_host_wait, aborted=abort.is_set)
+            verdict = outcome.verdict
+            lost_ps = self._roles.lost_ps
+            if lost_ps is not None:
+                # Variables are gone with the ps: only fresh tasks and a fresh coordinator can go on.
+                if restart_on_failure:
+                    await self.restart_in_background()
+                task, how = lost_ps
+                raise ParameterServerLost(
+                    verdict.failures, restarted=restart_on_failure,
+                    detail=f"parameter server {task.name} died ({how}) while the cell ran: the variables "
+                           "it held are gone. Every task and the coordinator are restarted; with "
+                           "BackupAndRestore or a CheckpointManager the next run resumes from the last "
+                           "checkpoint.")
+            if verdict.ok:
+                return RunResult.of_attempts(outcome.results, outcome.restarts)
+            if outcome.start_error is not None:
+                raise outcome.start_error
+            restart = restart_on_failure and verdict.workers_spoiled
+            if restart:
+                await self.restart_in_background()
+            raise verdict.error(restarted=restart).with_attempts(outcome.attempts)
+        finally:
+            if verdict is None or verdict.needs_release():
+                self._group.release_later()
+            self._running = False
+            self._abort = None
+
+    async def _ready_for_a_cell(self, on_event: EventSink | None) -> None:
+        """Wait for a start or restart under way and for the last cell's release; restart a
+        cluster whose parameter server was lost between cells."""
+        if not self._group.workers and self._start_task is not None:
+            await self.start()
+        await self._group.wait_for_release()
+        if not self._group.workers:
+            raise ClusterStateError(NOT_RUNNING)
+        if self._roles.lost_ps is not None:
+            log.warning("a parameter server was lost between cells: restarting the whole cluster")
+            await self.restart(on_event)
+
+    async def _replace_workers(self, setup: str | None, emit: EventSink) -> list[str]:
+        """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs, unless
+        the launcher moved workers off a lost node (new addresses; the lines saying where are
+        returned). On a --ps cluster that lost a parameter server, fresh servers too: the variables
+        are gone, and only every task new can go on (the cell's BackupAndRestore then resumes it)."""
+        await self._group.drop()
+        moved = await self._group.move_off_lost_nodes()
+        self._moved += [line for line in moved if line not in self._moved]
+        if moved or not await self._roles.every_ps_alive():
+            await self._start_servers()
+        await self._group.start(self._states.sink(emit))
+        if setup:
+            await self._group.run_fresh_setup(setup)
+        said, self._moved = self._moved, []
+        return said
+
+    # -- looking inside --------------------------------------------------------------------------
 
     async def status(self) -> list[WorkerInfo]:
         """Every task: the kernels that run the cell first, then a --ps cluster's servers
         (engine/cluster_status.py)."""
-        return await cluster_status(layout_of(self.spec), self._addresses, self._states, self._workers,
-                                    self._servers, coordinator_here=self._joined)
+        return await cluster_status(self._layout, self._group.addresses, self._states.snapshot(),
+                                    self._group.workers, self._roles.servers, coordinator_here=self._roles.joined)
 
     async def scheduler_status(self) -> dict[str, Any] | None:
         """The batch job the workers run in (Slurm: job id, nodes, state), or None without one."""
-        return await self._launcher.status() if isinstance(self._launcher, ReportsJob) else None
+        return await self._group.scheduler_status()
 
     async def query(self, code: str, timeout: float = 30.0, servers: bool = False) -> list[str | None]:
         """Run a small read-only snippet silently on every worker; each one's stdout (None on error).
@@ -41,10 +361,11 @@ class AsyncCluster(CellRunner):
         """
         if self._running:
             raise ClusterStateError("a cell is running on this cluster; ask again when it is done")
-        if self._release_task is not None:
-            await asyncio.gather(self._release_task, return_exceptions=True)
+        await self._group.wait_for_release()
 
-        async def ask(worker: Worker) -> str | None:
+        async def ask(worker: Worker | None) -> str | None:
+            if worker is None:
+                return None
             out: list[str] = []
 
             def collect(msg: dict[str, Any]) -> None:
@@ -56,16 +377,14 @@ class AsyncCluster(CellRunner):
                 return None
             return "".join(out) if outcome.status == "ok" else None
 
-        asked: list[Worker | None] = list(self._workers)
-        if servers and self._servers is not None:
-            if self._joined:
+        asked: list[Worker | None] = list(self._group.workers)
+        task_servers = self._roles.servers
+        if servers and task_servers is not None:
+            if self._roles.joined:
                 asked.insert(0, None)
-            asked += [self._servers.server(task) for task in self._servers.tasks()]
-
-        async def answer(worker: Worker | None) -> str | None:
-            return None if worker is None else await ask(worker)
-        return list(await asyncio.gather(*(answer(w) for w in asked)))
+            asked += [task_servers.server(task) for task in task_servers.tasks()]
+        return list(await asyncio.gather(*(ask(w) for w in asked)))
 
     async def stacks(self) -> StacksReport:
         """Every worker's current Python stacks, main thread first; works while a cell is blocked."""
-        return await dump_stacks(self._workers, self._cell_code)
+        return await dump_stacks(self._group.workers, self._cell_code)

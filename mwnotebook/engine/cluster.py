@@ -16,12 +16,13 @@ from typing import Any, TypeVar
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.async_cluster import AsyncCluster
 from mwnotebook.engine.cell.late_output import LateOutput
-from mwnotebook.engine.cell.restarts import check_max_restarts
+from mwnotebook.engine.cell.restarts import CellLimits
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cell.stacks import StacksReport
 from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
 from mwnotebook.engine.loop import background_loop
+from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.errors import STACKS_HEADING
 from mwnotebook.launchers import Launcher
 from mwnotebook.registry.publication import Publication
@@ -62,6 +63,17 @@ class Cluster:
     def addresses(self) -> list[str]:
         """Each worker's TensorFlow server address, as the launcher placed it ([] before a start)."""
         return self._core.addresses
+
+    @property
+    def workers(self) -> tuple[Worker, ...]:
+        """The connections to the kernels that run the cell, in cell order (empty when stopped): each
+        one's kernel ``handle`` (host, pid, connection info) and ``client``, to look at, not to drive."""
+        return self._core.workers
+
+    @property
+    def launcher(self) -> Launcher | None:
+        """The launcher that placed the workers (a local one's templates, say); None when stopped."""
+        return self._core.launcher
 
     @property
     def network_isolated(self) -> bool:
@@ -118,17 +130,14 @@ class Cluster:
         Ctrl-C (the notebook's stop button) interrupts every worker; a second Ctrl-C kills them.
         Raises :class:`~mwnotebook.errors.ClusterRunError` (a subclass says which fault) on failure.
         """
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        if max_restarts is not None:
-            check_max_restarts(max_restarts)  # before anything starts
+        limits = CellLimits.of(timeout, max_restarts, self.spec.max_restarts)  # before anything starts
         if not self.started:
             self.start(on_event)
         abort = asyncio.Event()  # bound to the loop on first use; set there, never from this thread
         self._published.cell(code)
         return self._run_with_events(
-            lambda sink: self._core.run(code, on_event=sink, timeout=timeout, restart_on_failure=restart_on_failure,
-                                        max_restarts=max_restarts, abort=abort),
+            lambda sink: self._core.run_within(code, limits, on_event=sink, restart_on_failure=restart_on_failure,
+                                               abort=abort),
             on_event, on_interrupt=lambda: self._loop.call_soon(abort.set))
 
     def _run_with_events(self, make_coro: Callable[[EventSink | None], Coroutine[Any, Any, _T]],

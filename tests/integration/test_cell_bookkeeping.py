@@ -21,7 +21,7 @@ def cluster():
 def test_cells_evaluate_no_user_expressions_in_the_workers(cluster):
     result = cluster.run(ASKED)
     assert [result.stdout(i) for i in range(2)] == ["[]\n"] * 2
-    assert all(w.answers_in_metadata for w in cluster._core._workers)
+    assert all(w.answers_in_metadata for w in cluster.workers)
 
 
 def test_ipykernels_sleep_before_each_reply_is_off(cluster):
@@ -56,7 +56,7 @@ def test_replaced_objects_are_released_between_cells_when_tensorflow_is_loaded(c
 
 
 def test_workers_do_not_echo_the_cell_on_iopub(cluster):
-    client = cluster._core._workers[0].client
+    client = cluster.workers[0].client
     seen: list[str] = []
     receive = client.get_iopub_msg
 
@@ -75,7 +75,7 @@ def test_workers_do_not_echo_the_cell_on_iopub(cluster):
 
 
 def test_workers_send_idle_but_not_busy(cluster):
-    client = cluster._core._workers[0].client
+    client = cluster.workers[0].client
     states: list[str] = []
     receive = client.get_iopub_msg
 

@@ -21,7 +21,7 @@ def test_signing_key_stays_secret(caplog):
     try:
         cluster.start()
         keys = set()
-        for worker in cluster._core._workers:
+        for worker in cluster.workers:
             key = worker.handle.connection_info["key"]
             keys.add(key.decode() if isinstance(key, bytes) else key)
         assert all(len(k) >= 32 for k in keys)

@@ -95,8 +95,8 @@ class IOPubRecorder:
     """Every (msg_type, parent msg_id, execution_state) worker ``index``'s IOPub channel delivers."""
 
     def __init__(self, cluster: Cluster, index: int) -> None:
-        # The engine's worker connections are private; the recorder stands between one and its socket.
-        self.client = cluster._core._workers[index].client  # noqa: SLF001
+        # The recorder stands between a worker's connection (Cluster.workers) and its socket.
+        self.client = cluster.workers[index].client
         self.seen: list[tuple[str, str, str]] = []
         self._receive = self.client.get_iopub_msg
         self._lock = threading.Lock()
@@ -141,7 +141,7 @@ def test_a_lost_idle_ends_the_cell_with_all_its_output_and_the_next_cell_works(t
     with Cluster(workers=2, template=False) as cluster:
         cluster.run(DROPPER)
         pids = [w.pid for w in cluster.status()]
-        workers = cluster._core._workers  # noqa: SLF001 (what the engine holds per worker is private)
+        workers = cluster.workers
         with IOPubRecorder(cluster, 0) as iopub0, IOPubRecorder(cluster, 1) as iopub1:
             cluster.run("pass")  # the readers already wait in the old method: one message goes by them
             cell = CellThread(cluster, f"TICKER = {ticker}\n" + CELL)

@@ -150,7 +150,7 @@ def test_notebook_process_killed_leaves_nothing_on_the_hosts(ssh_home: netns_hos
         f"c = Cluster(hosts=({h0.alias!r}, {h1.alias!r}), cpu=True)\n"
         "c.start()\n"
         "print(' '.join(str(s.pid) for s in c.status()), flush=True)\n"
-        "print(' '.join(str(t.pid) for t in c._core._launcher.templates), flush=True)\n"
+        "print(' '.join(str(t.pid) for t in c.launcher.templates), flush=True)\n"
         "time.sleep(600)\n"
     )
     root = Path(__file__).resolve().parents[2]

@@ -50,7 +50,7 @@ def cluster(test_net: netns_hosts.TestNet) -> Iterator[Cluster]:
 
 
 def templates_by_host(cluster: Cluster) -> dict[str, object]:
-    return {t.place: t for t in cluster._core._launcher.templates}
+    return {t.place: t for t in cluster.launcher.templates}
 
 
 def test_workers_are_forked_from_their_hosts_template(cluster: Cluster, test_net: netns_hosts.TestNet) -> None:

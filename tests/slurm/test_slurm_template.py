@@ -16,7 +16,7 @@ def test_slurm_workers_are_forked_from_their_nodes_template(slurm_env: slurm_clu
     with Cluster(slurm="-N 2", cpu=True) as cluster:
         cluster.start()
         job = slurm_env.jobs()[0]
-        templates = {t.place: t.pid for t in cluster._core._launcher.templates}
+        templates = {t.place: t.pid for t in cluster.launcher.templates}
         assert sorted(templates) == sorted(slurm_env.node_names)
         status = cluster.status()
         for info, node, host in zip(status, slurm_env.node_names, slurm_env.net.hosts):

@@ -31,13 +31,13 @@ TEMPLATE_MODULE = "mwnotebook.processes.worker_template"
 
 
 def _template_of(cluster: Cluster):
-    template = cluster._core._launcher.template
+    template = cluster.launcher.template
     assert template is not None, "the cluster did not use a worker template"
     return template
 
 
 def _handles(cluster: Cluster) -> list:
-    return [w.handle for w in cluster._core._workers]
+    return [w.handle for w in cluster.workers]
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ _NOTEBOOK = textwrap.dedent("""
     a = Cluster(workers=2, cpu=True).start()
     b = Cluster(workers=2, cpu=True, env={"TF_MWNOTEBOOK_TEST_TEMPLATE": "b"}).start()  # another template
     print(json.dumps({
-        "templates": [c._core._launcher.template.pid for c in (a, b)],
+        "templates": [c.launcher.template.pid for c in (a, b)],
         "workers": [[i.pid for i in c.status()] for c in (a, b)]}), flush=True)
     time.sleep(600)
 """)

@@ -41,7 +41,7 @@ class FakeClient:
 
 def _worker(client: FakeClient, tmp_path) -> Worker:
     handle = type("H", (), {"index": 0, "host": "fake"})()
-    return Worker(handle, {}, client=client, output_log=str(tmp_path / "worker-0.log"))  # type: ignore[arg-type]
+    return Worker(handle, client=client, output_log=str(tmp_path / "worker-0.log"))  # type: ignore[arg-type]
 
 
 

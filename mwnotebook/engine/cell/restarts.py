@@ -67,6 +67,22 @@ def check_max_restarts(value: object) -> int:
     return value
 
 
+@dataclass(frozen=True)
+class CellLimits:
+    """A cell's deadline per attempt and its restart count, checked once where they enter the
+    engine (:meth:`of`, called by ``Cluster.run`` and ``AsyncCluster.run``) and passed down as they are."""
+
+    timeout: float | None
+    max_restarts: int
+
+    @classmethod
+    def of(cls, timeout: float | None, max_restarts: int | None, spec_max_restarts: int) -> CellLimits:
+        """The limits of one run: ``max_restarts`` None takes the spec's (checked by ``ClusterSpec``)."""
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        return cls(timeout, spec_max_restarts if max_restarts is None else check_max_restarts(max_restarts))
+
+
 @dataclass
 class Progress:
     """The last epoch and step any worker reported in the current attempt (for the restart line)."""
@@ -143,9 +159,8 @@ async def run_with_restarts(run_once: Callable[[EventSink], Awaitable[CellVerdic
     ``restart()`` replaces every worker (raises when they cannot be started; returns the lines
     saying where workers moved, if they did not come back in place). ``emit`` gets every
     event plus one :class:`RunRestarted` per restart. ``aborted()`` true (the user interrupted):
-    no further restart.
+    no further restart. ``max_restarts`` was checked where it entered (:class:`CellLimits`).
     """
-    check_max_restarts(max_restarts)
     outcome: RestartOutcome | None = None
     results: list[RunResult] = []
     restarts: list[RunRestarted] = []

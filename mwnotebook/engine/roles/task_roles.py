@@ -2,71 +2,105 @@
 (engine/roles/task_servers.py), started before the coordinator that uses them and watched for a lost
 parameter server while a cell runs; and, with --coordinator notebook, this process as the
 coordinator (engine/roles/notebook_coordinator.py holds its hand-over and messages).
+
+:class:`TaskRoles` is one collaborator of :class:`~mwnotebook.engine.async_cluster.AsyncCluster`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 
-from mwnotebook.config.roles import layout_of
+from mwnotebook.config.roles import RoleLayout, Task
+from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.worker_env import task_envs
-from mwnotebook.engine.cluster_state import ClusterState
+from mwnotebook.engine.cell.late_output import LateOutput
 from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.engine.roles.task_servers import TaskServers
+from mwnotebook.launchers import Launcher
 
 log = logging.getLogger(__name__)
 
 
 #: Seconds a --ps cluster's coordinator gets to fail on its own after a parameter server is lost
-
-
 #: before its cell is aborted (it normally raises UnavailableError at once).
 PS_LOSS_GRACE = 15.0
 
 
-class TaskRoles(ClusterState):
-    """The parameter-server task servers and the notebook as coordinator."""
+class TaskRoles:
+    """The parameter-server task servers and the notebook as coordinator.
 
-    def _join_here(self) -> None:
-        """--coordinator notebook: this process takes the chief's variables (its servers serve)."""
-        chief = layout_of(self.spec).cell_tasks()[0]
-        notebook_coordinator.join(self._envs[0]["TF_CONFIG"], layout_of(self.spec).address_of(self._addresses, chief),
-                                  self.spec.use_legacy_keras)
-        self._envs = []
-        self._joined = True
-        self._states[0] = "notebook"
-        log.info("%s", self.notebook_notice)
+    ``running_cell_abort()``: the abort event of the cell running now (None between cells); a lost
+    parameter server sets it after :data:`PS_LOSS_GRACE` seconds.
+    """
+
+    def __init__(self, spec: ClusterSpec, layout: RoleLayout, late: LateOutput,
+                 running_cell_abort: Callable[[], asyncio.Event | None]) -> None:
+        self._spec = spec
+        self._layout = layout
+        self._late = late
+        self._running_cell_abort = running_cell_abort
+        #: A --ps cluster's worker and ps servers; None otherwise (and before a start).
+        self._servers: TaskServers | None = None
+        #: Aborts a --ps cluster's cell PS_LOSS_GRACE s after a lost ps, unless the servers are renewed first.
+        self._ps_loss_timer: asyncio.TimerHandle | None = None
+        #: --coordinator notebook: True once this process has the chief's TF_CONFIG.
+        self._joined = False
 
     @property
-    def notebook_notice(self) -> str:
+    def servers(self) -> TaskServers | None:
+        """A --ps cluster's worker and ps servers (None for other clusters)."""
+        return self._servers
+
+    @property
+    def joined(self) -> bool:
+        """True while this process is the cluster's coordinator (--coordinator notebook)."""
+        return self._joined
+
+    @property
+    def lost_ps(self) -> tuple[Task, str] | None:
+        """The first parameter server lost since the servers started, and how it ended."""
+        return self._servers.lost_ps if self._servers is not None else None
+
+    async def every_ps_alive(self) -> bool:
+        return self._servers is None or await self._servers.every_ps_alive()
+
+    def join_here(self, chief_tf_config: str, addresses: Sequence[str]) -> None:
+        """--coordinator notebook: this process takes the chief's variables (its servers serve)."""
+        chief = self._layout.cell_tasks()[0]
+        notebook_coordinator.join(chief_tf_config, self._layout.address_of(addresses, chief),
+                                  self._spec.use_legacy_keras)
+        self._joined = True
+
+    def notice(self, addresses: Sequence[str]) -> str:
         """--coordinator notebook: what listens where, unauthenticated ("" before a start, or otherwise)."""
         if not self._joined or self._servers is None:
             return ""
-        return notebook_coordinator.notice_for(layout_of(self.spec), self._addresses)
+        return notebook_coordinator.notice_for(self._layout, addresses)
 
-    def _leave_here(self) -> None:
-        if self._joined:
-            notebook_coordinator.leave()
-            self._joined = False
-            self._states[0] = "stopped"
+    def leave_here(self) -> bool:
+        """This process is no longer the coordinator; True if it was."""
+        if not self._joined:
+            return False
+        notebook_coordinator.leave()
+        self._joined = False
+        return True
 
-    async def _start_servers(self) -> None:
+    async def start_servers(self, launcher: Launcher, addresses: Sequence[str]) -> None:
         """A --ps cluster's worker and ps servers, (re)started before the coordinator that uses them."""
-        layout = layout_of(self.spec)
-        if not layout.parameter_server:
+        if not self._layout.parameter_server:
             return
         if self._ps_loss_timer is not None:  # the loss it watched is handled: every server is new
             self._ps_loss_timer.cancel()
             self._ps_loss_timer = None
-        await self._stop_servers()
-        assert self._launcher is not None
-        envs = task_envs(self.spec, self._addresses)
-        self._servers = TaskServers(self._launcher, {t: envs[t] for t in layout.server_tasks()},
-                                    self.spec.startup_timeout, self.late_output, self._lost_ps_during_cell)
+        await self.stop_servers()
+        envs = task_envs(self._spec, list(addresses))
+        self._servers = TaskServers(launcher, {t: envs[t] for t in self._layout.server_tasks()},
+                                    self._spec.startup_timeout, self._late, self._lost_ps_during_cell)
         await self._servers.start()
 
-    async def _stop_servers(self) -> None:
+    async def stop_servers(self) -> None:
         if self._servers is not None:
             await self._servers.kill()
             self._servers = None
@@ -76,10 +110,6 @@ class TaskRoles(ClusterState):
 
         The timer sets the abort event of the cell that was running when the ps was lost, never a
         later one's: a rerun started within the grace on the restarted cluster must not be stopped."""
-        if self._running and self._abort is not None:
-            self._ps_loss_timer = asyncio.get_running_loop().call_later(PS_LOSS_GRACE, self._abort.set)
-
-    @property
-    def servers(self) -> TaskServers | None:
-        """A --ps cluster's worker and ps servers (None for other clusters)."""
-        return self._servers
+        abort = self._running_cell_abort()
+        if abort is not None:
+            self._ps_loss_timer = asyncio.get_running_loop().call_later(PS_LOSS_GRACE, abort.set)

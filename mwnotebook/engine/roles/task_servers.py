@@ -122,7 +122,7 @@ class TaskServers:
     async def _start_one(self, task: Task) -> Worker:
         env = self._envs[task]
         handle = await self._launcher.start(self._slots[task], env)
-        server = Worker(handle, env, self._late)
+        server = Worker(handle, self._late)
         try:
             await server.connect(self._timeout)
             outcome = await server.execute(SERVE_CODE, lambda _m: None, silent=True)

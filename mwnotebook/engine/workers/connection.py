@@ -119,10 +119,9 @@ class Worker:
     #: The worker answers the per-cell questions in its reply's metadata (learnt from a reply).
     answers_in_metadata = False
 
-    def __init__(self, handle: KernelHandle, env: dict[str, str], late: LateOutput | None = None, *,
+    def __init__(self, handle: KernelHandle, late: LateOutput | None = None, *,
                  client: WorkerClient | None = None, output_log: str | None = None) -> None:
         self.handle = handle
-        self.env = env
         self._init_iopub_routing(late)
         if client is None:
             client = WorkerClient()
