@@ -59,6 +59,16 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
+def command_line() -> str:
+    """This process's command as run from the repository root (``python -m benchmarks.x ...``)."""
+    main = pathlib.Path(sys.argv[0]).resolve()
+    try:
+        module = ".".join(main.relative_to(ROOT).with_suffix("").parts)
+    except ValueError:
+        return " ".join(["python", *sys.argv])
+    return " ".join(["python", "-m", module, *sys.argv[1:]])
+
+
 class Run:
     """One run of one script: opened before the measurements (load, time), written at the end."""
 
@@ -71,7 +81,7 @@ class Run:
         sha = commit()
         record = {"commit": sha, "package_dirty": bool(git("status", "--porcelain", "--", "mwnotebook")),
                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
-                  "command": " ".join(["python", "-m", f"benchmarks.{self.script}", *sys.argv[1:]]),
+                  "command": command_line(),
                   "wall_s": round(time.time() - self.started, 1), "load_before": self.load_before,
                   "load_after": uptime(), "machine": machine(), "results": results}
         path = RESULTS / self.script / f"{sha}.json"

@@ -1,43 +1,53 @@
-"""Remote workers (two sshd test hosts in network namespaces) with and without their hosts' worker
-templates, and local workers for reference: time to ready, to the end of the first seed cell, of a
-restart, and from a failed cell to the next cell's first instruction.
+"""Remote workers' ready times: SSH test hosts (with and without their worker templates) and a test
+Slurm (direct and through a login node), against local workers, side by side in one run.
 
-All kinds are measured side by side in one run, alternating, so that ratios are fair on a busy
-machine. Each run makes a new cluster, so a new launcher: remote templates start cold (they import
-TensorFlow and tf_keras while the ports are reserved), local ones are shared by the process (warm
-after the first run). "ready" is ``Cluster.start()`` returning; "first seed" adds the seed cell
-(tests/data/seed_train.py, checked for its exact lines); "restart" is ``Cluster.restart()``;
-"recovery" is a cell failing on worker 1 (tests/data/fail_on_worker1.py; the group restarts in the
-background) until the next cell's first instruction runs on both workers (wall clocks of one machine).
+    python -m benchmarks.remote ssh [--repeat 2]
+    python -m benchmarks.remote slurm [--repeat 5]
 
-Needs root (``ip netns``). Usage: ``python benchmarks/remote_ready.py [--repeat 2]``
+``ssh``: two sshd test hosts in network namespaces (tests/_shared/netns_hosts.py; root). Each run
+makes a new cluster, so a new launcher: remote templates start cold (they import TensorFlow and
+tf_keras while the ports are reserved), the local one is shared by the process (warm after the first
+run). Columns: "ready" (``Cluster.start()`` returning), "first seed" (ready + the seed cell,
+tests/data/seed_train.py, checked for its exact lines), "restart" (``Cluster.restart()``),
+"recovery" (a cell failing on worker 1, tests/data/fail_on_worker1.py, until the next cell's first
+instruction runs on both workers; wall clocks of one machine).
+
+``slurm``: one test Slurm (tests/_shared/slurm_cluster.py: munged, slurmctld, two slurmd nodes in
+network namespaces, each also running an sshd; root, slurm-wlm and munge) serves both the SSH and the
+Slurm workers, so both kinds start kernels on the same two "machines". "Ready" for Slurm includes
+``salloc`` (an idle cluster: granted at once), the port holders and the kernels as job steps;
+``slurm-login`` is the same through the login node (``--slurm-login``), with the nodes unreachable
+from the notebook while it runs. A second figure adds the first cell (``import tensorflow``).
+
+The kinds alternate in every round, so that a busy machine slows all of them alike. Writes
+benchmarks/results/remote/<commit>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "remote")]
-
-import netns_hosts  # noqa: E402
-
-from mwnotebook import Cluster, ClusterRunError  # noqa: E402
-from tests._shared.seed_cell import SEED_CELL, expected_line  # noqa: E402
+from benchmarks._suite import ROOT, Run
+from tests._shared import netns_hosts, slurm_cluster
+from tests._shared.seed_cell import SEED_CELL, expected_line
 
 FAIL_CELL = (ROOT / "tests" / "data" / "fail_on_worker1.py").read_text(encoding="utf-8")
 FIRST_INSTRUCTION = "import time\nprint('FIRST', time.time(), flush=True)"
-COLUMNS = ("ready", "first seed", "restart", "recovery")
+SSH_COLUMNS = ("ready", "first seed", "restart", "recovery")
+TF_CELL = "import tensorflow as tf\nprint(tf.__version__, flush=True)"
 
 
-def measure(make: Callable[[], Cluster]) -> tuple[float, ...]:
+def ssh_measure(make: Callable[[], Any]) -> tuple[float, ...]:
+    from mwnotebook import ClusterRunError
+
     started = time.perf_counter()
     with make() as cluster:
         cluster.start()
@@ -62,42 +72,90 @@ def measure(make: Callable[[], Cluster]) -> tuple[float, ...]:
     return ready, first_seed, restart, recovery
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=2)
-    args = parser.parse_args()
-    reason = netns_hosts.unavailable_reason()
-    if reason:
-        print(f"skipped: {reason}")
-        return 0
+def ssh(repeat: int) -> dict[str, Any]:
+    from mwnotebook import Cluster
+
     net = netns_hosts.create(2)
     net.use_as_home()
     hosts = tuple(h.alias for h in net.hosts)
-    kinds = {
+    kinds: dict[str, Callable[[], Any]] = {
         "remote, template": lambda: Cluster(hosts=hosts, cpu=True),
         "remote, no template": lambda: Cluster(hosts=hosts, cpu=True, template=False),
         "local, template": lambda: Cluster(workers=2, cpu=True),
     }
-    results: dict[str, list[tuple[float, ...]]] = {k: [] for k in kinds}
-    load_before = os.getloadavg()[0]
+    runs: dict[str, list[tuple[float, ...]]] = {k: [] for k in kinds}
     try:
-        measure(kinds["remote, no template"])  # warm the file cache once, not counted
-        for _ in range(args.repeat):
+        ssh_measure(kinds["remote, no template"])  # warm the file cache once, not counted
+        for _ in range(repeat):
             for kind, make in kinds.items():
-                results[kind].append(measure(make))
+                runs[kind].append(ssh_measure(make))
     finally:
         net.destroy()
-    print(f"2 workers, {args.repeat} runs each, alternating; median [min-max] seconds; "
-          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
-    med = {}
-    for kind, runs in results.items():
-        columns = list(zip(*runs))
-        med[kind] = [statistics.median(c) for c in columns]
-        cells = [f"{name} {m:.2f} [{min(c):.2f}-{max(c):.2f}]" for name, m, c in zip(COLUMNS, med[kind], columns)]
-        print(f"  {kind:20s} " + "   ".join(cells))
-    on, off = med["remote, template"], med["remote, no template"]
-    print("  remote template / no template: " + ", ".join(
-        f"{name} x{a / b:.2f}" for name, a, b in zip(COLUMNS, on, off)))
+    median = {kind: dict(zip(SSH_COLUMNS, (statistics.median(c) for c in zip(*r)))) for kind, r in runs.items()}
+    for kind, values in median.items():
+        print(f"  {kind:20s} " + "   ".join(f"{k} {v:.2f}" for k, v in values.items()))
+    return {"columns": SSH_COLUMNS, "runs": runs, "median_s": median}
+
+
+def slurm_measure(make: Callable[[], Any], network: Callable[[], Any]) -> tuple[float, float]:
+    started = time.perf_counter()
+    with network(), make() as cluster:
+        cluster.start()
+        ready = time.perf_counter() - started
+        cluster.run(TF_CELL, timeout=300)
+        with_tf = time.perf_counter() - started
+    return ready, with_tf
+
+
+def slurm(repeat: int) -> dict[str, Any]:
+    from mwnotebook import Cluster
+
+    cluster = slurm_cluster.create(2)
+    os.environ.update(cluster.env())
+    os.environ.pop("SLURM_JOB_ID", None)
+    os.environ["HOME"] = str(cluster.net.home)  # the test hosts' ~/.ssh/config, key and known_hosts
+    os.environ["MWNOTEBOOK_SSH_CONFIG"] = str(cluster.net.ssh_config)
+    os.environ.pop("SSH_AUTH_SOCK", None)
+    kinds: dict[str, Callable[[], Any]] = {
+        "local": lambda: Cluster(workers=2, cpu=True),
+        "ssh": lambda: Cluster(hosts=tuple(h.alias for h in cluster.nodes), cpu=True),
+        "slurm": lambda: Cluster(slurm="-N 2", workers=2, cpu=True),
+        "slurm-login": lambda: Cluster(slurm="-N 2", workers=2, cpu=True, slurm_login=cluster.login.alias),
+    }
+    networks: dict[str, Callable[[], Any]] = {"slurm-login": cluster.nodes_unreachable}
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+    try:
+        slurm_measure(kinds["local"], contextlib.nullcontext)  # warm the file cache once, not counted
+        for _ in range(repeat):
+            for kind, make in kinds.items():
+                runs[kind].append(slurm_measure(make, networks.get(kind, contextlib.nullcontext)))
+                left = cluster.wait_no_leftovers(15)
+                if left:
+                    raise RuntimeError(f"left after a {kind} run: {left}")
+    finally:
+        cluster.destroy()
+    median = {kind: {"ready": statistics.median(r for r, _ in rs), "ready_and_import_tf": statistics.median(t for _, t in rs)}
+              for kind, rs in runs.items()}
+    for kind, values in median.items():
+        print(f"  {kind:11s} ready {values['ready']:.2f} s, ready + import tensorflow {values['ready_and_import_tf']:.2f} s")
+    return {"runs": runs, "median_s": median}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("backend", choices=("ssh", "slurm"))
+    parser.add_argument("--repeat", type=int, default=None, help="rounds (default: ssh 2, slurm 5)")
+    args = parser.parse_args()
+    reason = (netns_hosts if args.backend == "ssh" else slurm_cluster).unavailable_reason()
+    if reason:
+        print(f"cannot run here: {reason}")
+        return 1
+    run = Run("remote")
+    if args.backend == "ssh":
+        results = {"ssh": ssh(args.repeat or 2)}
+    else:
+        results = {"slurm": slurm(args.repeat or 5)}
+    print(f"written to {run.write(results)}")
     return 0
 
 

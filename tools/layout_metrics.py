@@ -3,7 +3,7 @@ edges, cycles, upward imports, the mypy-strict share of lines, private reaches, 
 started processes' modules take to import (and whether they load jupyter_client).
 
     git worktree add /tmp/before 31a765e        # the checkout to compare against
-    python3 benchmarks/layout_metrics.py --before /tmp/before [--after .] [--runs 5]
+    python3 -m tools.layout_metrics --before /tmp/before [--after .] [--runs 5]
 
 Each checkout is judged by its own rules: its ``tests/unit/test_import_graph.py`` (graph and
 layers) and its ``pyproject.toml`` (mypy strictness, read by ``tools/strict_share.py``). Private
@@ -11,7 +11,7 @@ reaches are ruff's ``SLF001`` over ``mwnotebook`` and ``tests``: ``all`` counts 
 (``--isolated --ignore-noqa``: no per-file opt-out, no ``noqa``), ``flagged`` what the checkout's
 own ruff configuration reports. Import times alternate between the checkouts run by run, each in a
 fresh interpreter with ``PYTHONPATH`` set to the checkout; the median of ``--runs`` is reported.
-Writes benchmarks/results/layout_metrics.json.
+Writes benchmarks/results/layout_metrics/<commit>.json.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from _common import ROOT, write_result
+from benchmarks._suite import ROOT, write_result
 
 #: The started processes' entry modules: (name, module after the moves, module before them).
 PROCESS_MODULES = [

@@ -1,6 +1,6 @@
 """Where a command's CPU goes, by kind of process: run it and sample every process on the machine.
 
-    python benchmarks/suite_cpu.py [--interval 0.5] [-- COMMAND ...]
+    python -m tools.suite_cpu [--interval 0.5] [-- COMMAND ...]
 
 Default command: ``CI=true bash .ci/run`` from the repository root (the whole suite as CI runs it).
 Every ``--interval`` seconds each process's user + system CPU time is read from ``/proc/PID/stat``
@@ -8,7 +8,7 @@ and its command line is read once, when the process is first seen. When the comm
 largest CPU time seen for each process is added up by kind: worker kernels, worker templates,
 remote agents and kernels, notebook kernels, Chromium, JupyterLab, pytest, and so on. A process
 that lives shorter than one interval can be missed, and a forked worker that is seen before it
-renames itself counts as a template. Writes benchmarks/results/suite_cpu.json. Not a test: it
+renames itself counts as a template. Writes benchmarks/results/suite_cpu/<commit>.json. Not a test: it
 asserts nothing. Run it with nothing else running (it measures the whole machine).
 """
 
@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from _common import ROOT, write_result
+from benchmarks._suite import ROOT, write_result
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

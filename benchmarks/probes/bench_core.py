@@ -1,8 +1,8 @@
 """Core benchmarks, measured side by side in one run.
 
-    python benchmarks/bench_core.py [--repeats 3] [--quick]
+    python -m benchmarks.probes.bench_core [--repeats 3] [--quick]
 
-Writes benchmarks/results/core.json and prints a markdown table. Ratios compare runs interleaved
+Writes benchmarks/results/core/<commit>.json and prints a markdown table. Ratios compare runs interleaved
 in the same process on the same machine; absolute seconds are for context only.
 """
 
@@ -13,8 +13,8 @@ import os
 import time
 
 import psutil
-from _common import SEED_CODE, SEED_LINE, hand_launch_seed, median, write_result
 
+from benchmarks._suite import SEED_CODE, SEED_LINE, hand_launch_seed, median, write_result
 from mwnotebook import Cluster
 from mwnotebook.shared.events import WorkerOutput
 

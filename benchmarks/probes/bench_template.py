@@ -1,6 +1,6 @@
 """Worker templates, measured side by side in one run against today's start and the hand launch.
 
-    python benchmarks/bench_template.py [--repeats 3] [--steps 300]
+    python -m benchmarks.probes.bench_template [--repeats 3] [--steps 300]
 
 1. first seed cell 3 s after ``%load_ext mwnotebook`` (cold workers), in a real notebook kernel, vs
    the hand launch of the seed's two scripts; template on and off (``MWNOTEBOOK_TEMPLATE=0``);
@@ -11,7 +11,7 @@
 5. steady-state training step time inside ``%%mwtrain`` worker kernels (forked) vs the hand-launched
    scripts, ``--steps`` timed steps after 30 warm-up steps.
 
-Writes benchmarks/results/template.json and prints a markdown table. Rounds alternate between the
+Writes benchmarks/results/template/<commit>.json and prints a markdown table. Rounds alternate between the
 variants so that the machine's load hits all of them alike.
 """
 
@@ -27,9 +27,9 @@ import tempfile
 import time
 
 import psutil
-from _common import ROOT, SEED_CODE, SEED_LINE, hand_launch_seed, median, write_result
 from jupyter_client.manager import start_new_kernel
 
+from benchmarks._suite import ROOT, SEED_CODE, SEED_LINE, hand_launch_seed, median, write_result
 from mwnotebook import Cluster
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.launchers.local.prestart import prestart_template
@@ -150,7 +150,7 @@ def eight_workers(template: bool) -> tuple[float, float, float]:
         time.sleep(1)
         pids = [info.pid for info in cluster.status()]
         workers = sum(pss_kib(pid) for pid in pids) / 1024
-        tpl = cluster._core._launcher.template
+        tpl = cluster._core._launcher.template  # noqa: SLF001 (a probe of the cluster's private core)
         with_template = workers + (pss_kib(tpl.pid) / 1024 if tpl is not None else 0)
     finally:
         cluster.stop()

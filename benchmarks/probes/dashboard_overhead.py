@@ -14,25 +14,23 @@ of the two workers), side by side in one run. The frontend update rate is counte
 messages the notebook kernel actually sends to the browser: display updates of the live chart
 (``update_display_data`` carrying its SVG picture), with their sizes.
 
-Usage: python benchmarks/dashboard_overhead.py [--steps 1000] [--repeats 3]
-Writes benchmarks/results/dashboard_overhead.json. Not a test: it asserts nothing.
+Usage: python -m benchmarks.probes.dashboard_overhead [--steps 1000] [--repeats 3]
+Writes benchmarks/results/dashboard_overhead/<commit>.json. Not a test: it asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import re
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import psutil
 from jupyter_client.manager import start_new_kernel
 
-RESULTS = Path(__file__).resolve().parent / "results" / "dashboard_overhead.json"
+from benchmarks._suite import write_result
 
 SETUP = '''%%mwtrain --workers 2 --cpu
 import time
@@ -220,8 +218,7 @@ def main() -> None:
         "machine": f"{platform.machine()} {platform.python_version()}",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    path = write_result("dashboard_overhead", result)
     print(f"wall-time ratio (dashboard on + mw.report every step / no reporting): {result['wall_time_ratio']:.3f}"
           f" median, {result['wall_time_ratio_median_of_pairs']:.3f} median of paired runs,"
           f" {result['wall_time_ratio_of_fastest_runs']:.3f} fastest runs"
@@ -237,7 +234,7 @@ def main() -> None:
           f" (most in any second: {result['frontend_max_updates_in_any_1s']}; limit ~5/s);"
           f" chart update size {result['chart_update_bytes_median']:.0f} B median,"
           f" {result['chart_update_bytes_max']} B max")
-    print(f"wrote {RESULTS}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a GPU build of TensorFlow::
 
-    PYTHONUNBUFFERED=1 python benchmarks/gpu_check.py            # ~1-3 min, hard limit 280 s
+    PYTHONUNBUFFERED=1 python -m benchmarks.probes.gpu_check            # ~1-3 min, hard limit 280 s
 
 What it does (prints every step; the last line is ``GPU CHECK PASSED`` or ``GPU CHECK FAILED``):
 
@@ -35,7 +35,6 @@ import sys
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = time.monotonic()
 
 
@@ -55,8 +54,6 @@ def watchdog(limit: float) -> None:
 
 
 def prerequisites() -> list[str]:
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
     missing = [name for name in ("tensorflow", "tf_keras", "ipykernel", "jupyter_client",
                                  "mwnotebook") if importlib.util.find_spec(name) is None]
     say(f"python {sys.version.split()[0]} at {sys.executable}")

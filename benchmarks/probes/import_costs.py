@@ -2,24 +2,23 @@
 begin with, and whether that pulls in jupyter_client: for this checkout and, side by side in the
 same run, any other checkouts given (say, one exported with ``git archive``).
 
-    python benchmarks/import_costs.py [--repeats 7] [--tree OTHER_CHECKOUT ...]
+    python -m benchmarks.probes.import_costs [--repeats 7] [--tree OTHER_CHECKOUT ...]
 
 Each sample is one fresh ``python -c`` (cwd: a temporary directory, PYTHONPATH: the checkout); the
 best of ``--repeats`` is reported, samples alternate between checkouts. Writes
-benchmarks/results/import_costs.json.
+benchmarks/results/import_costs/<commit>.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from _common import RESULTS, ROOT, machine
+from benchmarks._suite import ROOT, write_result
 
 MODULES = ("mwnotebook.launchers", "mwnotebook.processes.netns_holder", "mwnotebook.processes.worker_kernel",
            "mwnotebook.processes.worker_template")
@@ -50,9 +49,7 @@ def main() -> None:
                     row = best[str(tree)].setdefault(module, {"best_s": seconds, "jupyter_client": loaded})
                     row["best_s"] = min(float(row["best_s"]), seconds)  # type: ignore[arg-type]
     load = os.getloadavg()
-    result = {"machine": machine(), "load_average": load, "repeats": args.repeats, "trees": best}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "import_costs.json").write_text(json.dumps(result, indent=2))
+    print(f"written to {write_result('import_costs', {'repeats': args.repeats, 'trees': best})}")
     for tree, rows in best.items():
         for module, row in rows.items():
             print(f"{tree}  {module:40s} best {float(row['best_s']) * 1000:7.1f} ms  "  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ replicas, which removes one collective per metric and step; this checks that it 
 Both ways run alternately on the same model in the same two workers (each switch retraces the step
 function; the first epoch of every fit is the warm-up and is not counted).
 
-    python benchmarks/keras_global_logs.py --repeats 6 --steps 100
+    python -m benchmarks.probes.keras_global_logs --repeats 6 --steps 100
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import argparse
 import json
 import sys
 
-from _common import median, write_result
-
+from benchmarks._suite import median, write_result
 from mwnotebook import Cluster
 
 SETUP = r'''

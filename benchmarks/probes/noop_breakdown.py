@@ -1,6 +1,6 @@
 """Where each millisecond of a no-op ``%%mwtrain`` cell goes, side by side with ipyparallel and a plain kernel.
 
-    python benchmarks/noop_breakdown.py [--workers 2 8] [--repeats 30] [--no-fresh] [--no-ipp]
+    python -m benchmarks.probes.noop_breakdown [--workers 2 8] [--repeats 30] [--no-fresh] [--no-ipp]
 
 One run, one machine, everything alternating in rounds:
 
@@ -9,17 +9,17 @@ One run, one machine, everything alternating in rounds:
   ipyparallel's ``view.execute("pass", block=True)`` on N engines with TensorFlow imported; an empty
   cell (the notebook kernel's own round trip); and, from the same client, a plain ipykernel's
   ``pass`` with and without TensorFlow imported.
-* **inside the notebook kernel** (``_noop_probe.inside``): the magic call without the notebook's
+* **inside the notebook kernel** (``noop_probe.inside``): the magic call without the notebook's
   round trip, ``Cluster.run``, ``AsyncCluster.run``, raw execute round trips (silent; with the output
   count expression; with output count + settle), and each request split into client -> kernel,
   the kernel's handler, reply -> client.
-* **inside each worker** (``_noop_probe.WORKER_PROBE``): the per-cell hooks (hold, settle, output
+* **inside each worker** (``noop_probe.WORKER_PROBE``): the per-cell hooks (hold, settle, output
   count, IPython's user-expression formatting), IPython's ``run_cell("pass")``, GC object count,
   frozen objects, a full collection's cost, threads -- for forked workers and (unless
   ``--no-fresh``) freshly started ones before and after ``import tensorflow``.
 * ``cProfile`` of the magic's own steps (ms per call, inflated by the profiler).
 
-Writes benchmarks/results/noop_breakdown.json. Not a test: it asserts nothing.
+Writes benchmarks/results/noop_breakdown/<commit>.json. Not a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -27,22 +27,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
 import statistics
 import subprocess
 import sys
 import time
 from typing import Any
 
-from _common import write_result
 from jupyter_client.manager import start_new_kernel
 
-HERE = pathlib.Path(__file__).resolve().parent
+from benchmarks._suite import ROOT, write_result
 
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
 
@@ -79,7 +77,7 @@ def start(name: str) -> tuple[Any, Any]:
 def measure(nb: Any, plain: Any, plain_tf: Any, n: int, repeats: int, ipp: bool, fresh: bool) -> dict[str, Any]:
     magic = f"%%mwtrain --workers {n} --cpu\npass"
     timed(nb, magic)  # forks the workers (and shows the TF_CONFIGs once)
-    timed(nb, "import _noop_probe as _p\nfrom mwnotebook.frontend.notebook import magics as _mw_magics\n"
+    timed(nb, "from benchmarks.probes import noop_probe as _p\nfrom mwnotebook.frontend.notebook import magics as _mw_magics\n"
               "mw_cluster = _mw_magics._magics.session.cluster")
     cells = {"magic": magic, "cluster_run": 'mw_cluster.run("pass")', "notebook_empty": "pass"}
     if ipp:
@@ -126,11 +124,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--no-fresh", action="store_true", help="skip freshly started (exec'd) workers")
     parser.add_argument("--no-ipp", action="store_true", help="skip ipyparallel")
-    parser.add_argument("--name", default="noop_breakdown", help="results file name (benchmarks/results/NAME.json)")
+    parser.add_argument("--name", default="noop_breakdown", help="results file name (benchmarks/results/NAME/<commit>.json)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=HERE).stdout.strip()
+                            cwd=ROOT).stdout.strip()
     kernels = [start(name) for name in ("notebook", "plain", "plain_tf")]
     (_, nb), (_, plain), (_, plain_tf) = kernels
     rows = []

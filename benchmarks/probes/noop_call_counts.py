@@ -1,6 +1,6 @@
 """Counted, not timed: what one no-op ``Cluster.run("pass")`` calls at N workers, in both threads.
 
-    python benchmarks/noop_call_counts.py [--workers 8 32] [--cells 40] [--name noop_call_counts]
+    python -m benchmarks.probes.noop_call_counts [--workers 8 32] [--cells 40] [--name noop_call_counts]
 
 For each N (forked TF workers, one after the other, the template started first): 10 warm-up cells,
 the median of ``--cells`` unprofiled cells, then ``--cells`` cells under cProfile in the caller's
@@ -8,7 +8,7 @@ thread and in the engine's event-loop thread at once. Per function: calls and se
 Reports the functions whose calls per cell grow faster than the workers (more than N_max / N_min
 times, > 1 call per cell) -- per-cell work that is super-linear in N -- and the largest per-cell
 times at the largest N next to the smallest N's. Times under a profiler and under load are inflated:
-read the counts, and the times only as proportions. Writes benchmarks/results/<name>.json.
+read the counts, and the times only as proportions. Writes benchmarks/results/<name>/<commit>.json.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ import sys
 import time
 from typing import Any
 
-from _common import write_result
-
 import mwnotebook
+from benchmarks._suite import write_result
 from mwnotebook import Cluster
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.launchers.local.prestart import prestart_template

@@ -7,7 +7,7 @@
   coordinator in this process vs in its kernel.
 
 The two modes alternate, one fresh child process per measurement.
-Run: ``python benchmarks/notebook_coordinator.py --repeats 3 --steps 400`` (results/notebook_coordinator.json).
+Run: ``python -m benchmarks.probes.notebook_coordinator --repeats 3 --steps 400`` (benchmarks/results/notebook_coordinator/<commit>.json).
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import median, write_result
-from ps_training import FIRST_STEP, TUTORIAL_FIT, value
+from benchmarks._suite import ROOT, median, printed_value, write_result
+from benchmarks.probes.ps_training import FIRST_STEP, TUTORIAL_FIT
 
 MODES = ("kernel", "notebook")
 
@@ -51,8 +50,8 @@ def child(mode: str, steps: int) -> dict[str, float]:
             with contextlib.redirect_stdout(out):
                 exec(fit, namespace)  # the benchmark's own cell
             rate = out.getvalue()
-        return {"ready_s": ready, "to_first_step_s": value(first, "first_step_at") - t0,
-                "steps_per_s": value(rate, "steps_per_s")}
+        return {"ready_s": ready, "to_first_step_s": printed_value(first, "first_step_at") - t0,
+                "steps_per_s": printed_value(rate, "steps_per_s")}
     finally:
         cluster.stop()
 
@@ -70,13 +69,13 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for _ in range(args.repeats):
         for mode in MODES:  # alternating, side by side
-            done = subprocess.run([sys.executable, __file__, "--child", mode, "--steps", str(args.steps)],
-                                  capture_output=True, text=True, timeout=900, check=True)
+            done = subprocess.run([sys.executable, "-m", "benchmarks.probes.notebook_coordinator", "--child", mode,
+                                   "--steps", str(args.steps)], cwd=ROOT, capture_output=True, text=True, timeout=900, check=True)
             line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
             runs[mode].append(json.loads(line[len("RESULT "):]))
     medians = {mode: {k: median([r[k] for r in rs]) for k in rs[0]} for mode, rs in runs.items()}
     payload = {
-        "command": f"python benchmarks/notebook_coordinator.py --repeats {args.repeats} --steps {args.steps}",
+        "command": f"python -m benchmarks.probes.notebook_coordinator --repeats {args.repeats} --steps {args.steps}",
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
         "runs": runs, "median": medians,
         "ratio_notebook_over_kernel": {k: medians["notebook"][k] / medians["kernel"][k] for k in medians["kernel"]},

@@ -3,10 +3,10 @@
 side by side in one run. Reports seconds, lines received (negative: no idle status ever came, the
 plain client gave up after 10 s of silence, which is included in its time) and the ratio.
 
-    python benchmarks/output_flood.py --lines 20000 --repeat 3
-    python benchmarks/output_flood.py --lines 20000 --repeat 10 --cluster-only   # the full 10-run flood
+    python -m benchmarks.probes.output_flood --lines 20000 --repeat 3
+    python -m benchmarks.probes.output_flood --lines 20000 --repeat 10 --cluster-only   # the full 10-run flood
 
-Writes benchmarks/results/output_flood.json.
+Writes benchmarks/results/output_flood/<commit>.json.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import asyncio
 import statistics
 import time
 
-from _common import write_result
 from jupyter_client.manager import AsyncKernelManager
+
+from benchmarks._suite import write_result
 
 CODE = "for i in range({n}):\n    print(i, flush=True)\n"
 

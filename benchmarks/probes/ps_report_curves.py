@@ -15,19 +15,16 @@ is run alternately, side by side in one run, in three ways:
 steps/s = STEPS / (first schedule -> ``coordinator.join()`` returned), measured in the cell; the
 records that reached the notebook are counted per worker server.
 
-Run: ``python benchmarks/ps_report_curves.py --repeats 3 --steps 400`` (results/ps_report_curves.json).
+Run: ``python -m benchmarks.probes.ps_report_curves --repeats 3 --steps 400`` (benchmarks/results/ps_report_curves/<commit>.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import median, printed_value, write_result
-
+from benchmarks._suite import median, printed_value, write_result
 from mwnotebook import Cluster
 
 SETUP = r'''
@@ -106,7 +103,7 @@ def main() -> None:
                     per_server.append(counts)
     medians = {name: median(v) for name, v in rates.items()}
     payload = {
-        "command": f"python benchmarks/ps_report_curves.py --repeats {args.repeats} --steps {args.steps}",
+        "command": f"python -m benchmarks.probes.ps_report_curves --repeats {args.repeats} --steps {args.steps}",
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
         "steps_per_s": rates, "steps_per_s_median": medians,
         "scheduled_over_none": medians["scheduled"] / medians["none"],

@@ -6,7 +6,7 @@
   with 1 and 2 worker servers, alternating clusters in one run;
 - worker-kill recovery: SIGKILL of worker-0 -> its replacement serving on the same address.
 
-Run: ``python benchmarks/ps_training.py --repeats 3`` (results/ps_training.json).
+Run: ``python -m benchmarks.probes.ps_training --repeats 3`` (benchmarks/results/ps_training/<commit>.json).
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import median, printed_value, write_result
-
+from benchmarks._suite import median, printed_value, write_result
 from mwnotebook import Cluster
 
 FIRST_STEP = r'''
@@ -99,7 +96,7 @@ def main() -> None:
         for cluster in clusters.values():
             cluster.stop()
     payload = {
-        "command": f"python benchmarks/ps_training.py --repeats {args.repeats} --steps {args.steps}",
+        "command": f"python -m benchmarks.probes.ps_training --repeats {args.repeats} --steps {args.steps}",
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
         "first_step_cold": cold,
         "first_step_warm_median": {k: median([w[k] for w in warm]) for k in warm[0]},

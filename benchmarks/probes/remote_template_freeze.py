@@ -1,6 +1,6 @@
 """PSS of remote workers forked from their host's worker template, with and without ``gc.freeze``.
 
-    python benchmarks/remote_template_freeze.py [--repeat 3] [--per-host 2]
+    python -m benchmarks.probes.remote_template_freeze [--repeat 3] [--per-host 2]
 
 Two SSH test hosts (network namespaces made by tests/_shared/netns_hosts.py; needs root), ``--per-host``
 workers on each, forked from the host's template (processes/shipped/remote_template.py). Two kinds
@@ -15,7 +15,7 @@ For each: the kernels' frozen-object count (to confirm the kind), the workers' P
 process table; and their USS, the pages only each one maps) and the templates' PSS at three moments: ready, after the seed cell
 (tests/data/seed_train.py, every worker must print its ``replicas=N`` line), and after a cell that runs
 ``gc.collect()`` (what a long session does sooner or later), whose duration each worker prints.
-Writes benchmarks/results/remote_template_freeze.json. Not a test: it asserts only the seed's lines.
+Writes benchmarks/results/remote_template_freeze/<commit>.json. Not a test: it asserts only the seed's lines.
 """
 
 from __future__ import annotations
@@ -26,18 +26,13 @@ import re
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "remote"), str(ROOT / "benchmarks")]
-
-import netns_hosts  # noqa: E402
-from _common import SEED_CODE, write_result  # noqa: E402
-
-from mwnotebook import Cluster  # noqa: E402
+from benchmarks._suite import ROOT, SEED_CODE, write_result
+from mwnotebook import Cluster
+from tests._shared import netns_hosts
 
 MIB = 2 ** 20
 FREEZE_ENV = "MWNOTEBOOK_TEMPLATE_GC_FREEZE"  # processes/shipped/remote_template.py

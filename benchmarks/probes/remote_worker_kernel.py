@@ -5,7 +5,7 @@ network namespaces), fresh and forked, with the worker kernel vs plain ``ipykern
 
 Columns: "ready" (``Cluster.start()`` returning; a new cluster each run, so remote templates start
 cold), "restart" (``Cluster.restart()``: kernels only, templates kept), "no-op" (median of 5 ``pass``
-cells). Needs root (``ip netns``). Usage: ``python benchmarks/remote_worker_kernel.py [--repeat 3]``
+cells). Needs root (``ip netns``). Usage: ``python -m benchmarks.probes.remote_worker_kernel [--repeat 3]``
 """
 
 from __future__ import annotations
@@ -15,15 +15,10 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "remote"), str(ROOT / "benchmarks")]
-
-import netns_hosts  # noqa: E402
-from _common import write_result  # noqa: E402
-
-from mwnotebook import Cluster  # noqa: E402
+from benchmarks._suite import write_result
+from mwnotebook import Cluster
+from tests._shared import netns_hosts
 
 COLUMNS = ("ready", "restart", "no-op")
 PROBE = "import os, sys\nprint('KERNEL', os.path.basename(sys.argv[0]), os.environ.get('MWNOTEBOOK_WORKER'), flush=True)"

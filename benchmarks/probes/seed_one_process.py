@@ -1,8 +1,8 @@
 """The seed cell's training (tests/data/seed_train.py) in this one process, a one-worker cluster: for
 native heap profilers, which follow one process (not a benchmark; it writes no results file).
 
-    heaptrack -o /tmp/seed python benchmarks/seed_one_process.py
-    heaptrack -o /tmp/base python benchmarks/seed_one_process.py --import-only
+    heaptrack -o /tmp/seed python -m benchmarks.probes.seed_one_process
+    heaptrack -o /tmp/base python -m benchmarks.probes.seed_one_process --import-only
     heaptrack_print -f /tmp/seed.zst -d /tmp/base.zst -l 1 -p 0 -a 0 -T 0   # what the cell left allocated
 
 (Give heaptrack the interpreter itself, ``$(python -c 'import sys; print(sys.executable)')``, not a
@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 
-from _common import SEED_CODE
+from benchmarks._suite import SEED_CODE
 
 
 def main() -> None:

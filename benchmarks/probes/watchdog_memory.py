@@ -1,12 +1,12 @@
 """Memory of the workers' process-group watchdogs: the shell one (the default) against the Python one.
 
-    python benchmarks/watchdog_memory.py [--workers 8] [--rounds 2]
+    python -m benchmarks.probes.watchdog_memory [--workers 8] [--rounds 2]
 
 Each worker forks a watchdog that kills its process group when it dies
 (mwnotebook/processes/runtime/containment.py). For each round, one cluster of N forked workers per
 watchdog program, one after the other: the seed cell (every worker must print its line), then the sum
 of the watchdogs' PSS and of the kernels' PSS (``psutil`` ``memory_full_info().pss``). Writes
-benchmarks/results/watchdog_memory.json. Not a test: it asserts nothing except the seed's lines.
+benchmarks/results/watchdog_memory/<commit>.json. Not a test: it asserts nothing except the seed's lines.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import re
 from typing import Any
 
 import psutil
-from _common import SEED_CODE, median, write_result
 
+from benchmarks._suite import SEED_CODE, median, write_result
 from mwnotebook import Cluster
 from mwnotebook.processes.runtime.containment import WATCHDOG_ENV
 
@@ -56,7 +56,7 @@ def main() -> None:
         summary[program] = {"watchdog_pss_per_worker_mib": round(median([r["watchdogs_pss_mib"] for r in mine]) / args.workers, 2),
                             "kernel_pss_per_worker_mib": round(median([r["kernels_pss_mib"] for r in mine]) / args.workers, 1)}
     print(summary)
-    print(write_result("watchdog_memory", {"command": f"python benchmarks/watchdog_memory.py --workers {args.workers} --rounds {args.rounds}",
+    print(write_result("watchdog_memory", {"command": f"python -m benchmarks.probes.watchdog_memory --workers {args.workers} --rounds {args.rounds}",
                                            "rows": rows, "summary": summary}))
 
 

@@ -1,6 +1,6 @@
 """Where a forked worker's memory goes: its pages against its template's, by kind of mapping.
 
-    sudo python benchmarks/worker_pages.py [--workers 2] [--name worker_pages]
+    sudo python -m benchmarks.probes.worker_pages [--workers 2] [--name worker_pages]
 
 N workers forked from the worker template (processes/worker_template.py); at ready and after the
 seed cell (tests/data/seed_train.py), each resident page of each worker's writable mappings is
@@ -15,7 +15,7 @@ as "new" and the script says so). Kinds: ``heap`` (the C heap, glibc's main aren
 (anonymous mappings of 64 MiB or 64 MiB-aligned: glibc's per-thread malloc arenas), ``anon``
 (other anonymous mappings: Python's object arenas, large mallocs, thread stacks), ``file``
 (writable file mappings: shared libraries' data). Means per worker, MiB. Writes
-benchmarks/results/<name>.json. Not a test: it asserts nothing except the seed's line.
+benchmarks/results/<name>/<commit>.json. Not a test: it asserts nothing except the seed's line.
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ import subprocess
 import sys
 from typing import Any
 
-from _common import SEED_CODE, write_result
-
 import mwnotebook
+from benchmarks._suite import SEED_CODE, write_result
 from mwnotebook import Cluster
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.launchers.local.prestart import prestart_template
