@@ -137,14 +137,14 @@ def fast_policy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run_cell(*workers: FakeWorker, timeout: float | None = None, abort_after: float | None = None,
-             ) -> tuple[CellVerdict, list[Any]]:
+             names: dict[int, str] | None = None) -> tuple[CellVerdict, list[Any]]:
     events: list[Any] = []
 
     async def main() -> CellVerdict:
         abort = asyncio.Event()
         if abort_after is not None:
             asyncio.get_running_loop().call_later(abort_after, abort.set)
-        return await CellRun(list(workers), "cell", timeout, abort, events.append).run()
+        return await CellRun(list(workers), "cell", timeout, abort, events.append, names=names).run()
 
     return asyncio.run(main()), events
 
@@ -180,6 +180,17 @@ def test_raise_on_one_worker_interrupts_the_others() -> None:
     assert text.splitlines()[0] == "[worker 1] worker 1 raised ValueError: bad batch"
     assert "[worker 0] worker 0 was interrupted" in text
     assert "step_39" not in text  # the interrupted worker's KeyboardInterrupt traceback is not shown
+
+
+def test_a_failure_is_made_with_the_name_its_kernel_was_given() -> None:
+    """The evaluator's (or a coordinator's) failure says so from the start: the names are handed to
+    the run, nothing renames a failure afterwards."""
+    verdict, _ = run_cell(FakeWorker(0), FakeWorker(1, error_reply("ValueError", "bad eval"), delay=0.02),
+                          names={1: "evaluator"})
+    assert [(f.worker, f.name) for f in verdict.failures] == [(1, "evaluator"), (0, "")]
+    text = plain(verdict.error(restarted=False)._render_traceback_())
+    assert text.splitlines()[0] == "[evaluator] evaluator raised ValueError: bad eval"
+    assert "[worker 0] worker 0 was interrupted" in text
 
 
 def test_a_dead_worker_is_the_cause_and_its_peer_a_one_line_consequence() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -105,8 +105,11 @@ class CellRun:
     """One cell on every worker: the wait, the abort, and the verdict."""
 
     def __init__(self, workers: Sequence[RunWorker], code: str, timeout: float | None,
-                 abort: asyncio.Event, emit: EventSink) -> None:
+                 abort: asyncio.Event, emit: EventSink, names: Mapping[int, str] | None = None) -> None:
         self.workers = list(workers)
+        #: Kernels that are not plain replicas (``coordinator``, ``evaluator``: config/roles.py
+        #: ``kernel_names``): each failure is made with its kernel's name, never patched on later.
+        self.names = dict(names or {})
         self.code = code
         self.timeout = timeout
         self.abort = abort
@@ -292,21 +295,24 @@ class CellRun:
             i = w.index
             outcome = self.result.outcomes[i]
             at = self.seen_at.get(i, self.result.elapsed)
+            name = self.names.get(i, "")
             if i in self.dead:
-                failures.append(WorkerFailure(i, "died", exit_description=self.dead[i], seen_at=at))
+                failures.append(WorkerFailure(i, "died", exit_description=self.dead[i], seen_at=at, name=name))
             elif i in self.unresponsive and trigger in ("failure", "died"):
                 frozen[i] = _process_state(w)
-                failures.append(WorkerFailure(i, "unresponsive", seen_at=at,
+                failures.append(WorkerFailure(i, "unresponsive", seen_at=at, name=name,
                                               exit_description=w.handle.exit_description() or frozen[i]))
             elif i in self.interrupted and not _lost_a_peer(outcome):
                 kind: FailureKind = "timeout" if trigger == "timeout" else "interrupted"
                 failures.append(WorkerFailure(i, kind, ename=outcome.ename if outcome else "",
                                               evalue=outcome.evalue if outcome else "",
-                                              traceback=outcome.traceback if outcome else [], seen_at=at))
+                                              traceback=outcome.traceback if outcome else [], seen_at=at,
+                                              name=name))
             elif outcome is not None and outcome.status != "ok":
                 d = diagnose(outcome.ename, outcome.evalue)
                 failures.append(WorkerFailure(i, "error", ename=outcome.ename, evalue=outcome.evalue,
-                                              traceback=outcome.traceback, hint=d.hint if d else "", seen_at=at))
+                                              traceback=outcome.traceback, hint=d.hint if d else "", seen_at=at,
+                                              name=name))
         return order_failures(_mark_consequences(failures, frozen))
 
 
