@@ -221,6 +221,20 @@ def test_report_has_a_loss_curve_per_worker_and_is_self_contained(tmp_path: Path
 
 
 @pytest.mark.integration
+def test_run_with_an_evaluator_labels_its_kernel_by_its_role(tmp_path: Path) -> None:
+    """``--evaluator`` runs the script on one more kernel; the command labels it ``[evaluator]``, as
+    the magic does (the names are handed to the command's observer, not left in a module global)."""
+    script = tmp_path / "roles.py"
+    script.write_text("import json, os\nprint('task', json.loads(os.environ['TF_CONFIG'])['task']['type'])\n")
+    run = CommandRun(["run", "--workers", "1", "--evaluator", "--cpu", "--no-report", str(script)], cwd=tmp_path)
+    assert run.wait(timeout=300) == 0, run.text()
+    assert sorted(line for line in run.out() if "task" in line) == ["[evaluator] task evaluator",
+                                                                     "[worker 0] task worker"], run.text()
+    assert not [line for line in run.err() if "Traceback" in line or "ERROR" in line], run.text()
+    run.assert_nothing_left()
+
+
+@pytest.mark.integration
 def test_ctrl_c_stops_every_worker_and_exits_130(tmp_path: Path) -> None:
     script = tmp_path / "sleepy.py"
     script.write_text("import time\nprint('sleeping', flush=True)\ntime.sleep(300)\n")

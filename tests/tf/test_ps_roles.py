@@ -144,7 +144,7 @@ def test_a_custom_loop_reports_each_scheduled_step_on_the_curve_of_the_worker_se
     from mwnotebook.dashboard import Dashboard
     from mwnotebook.frontend.chart.lines import chart_lines
 
-    lines = chart_lines(ps_cluster.spec.layout)
+    lines = chart_lines(ps_cluster.spec.layout, ps_cluster.spec.layout.kernel_names())
     assert (lines.kernels, lines.servers) == (1, 2)
     board = Dashboard(1, use_widget=False, lines=lines)
     result = ps_cluster.run(SERVER_CURVES.replace("STEPS", "120"), on_event=board, timeout=300)

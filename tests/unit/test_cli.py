@@ -108,6 +108,15 @@ def test_observer_labels_every_line_and_holds_partial_lines() -> None:
     assert err.getvalue() == "[worker 1] oops\n"
 
 
+def test_observer_labels_the_kernels_it_is_told_the_names_of() -> None:
+    out = io.StringIO()
+    observer = RunObserver(3, out, io.StringIO(), names={2: "evaluator"})
+    observer(stream(2, "eval\n"))
+    observer(stream(0, "train\n"))
+    assert out.getvalue().splitlines() == ["[evaluator] eval", "[worker 0] train"]
+    assert observer.output[2] == ["eval\n"]
+
+
 def failing_run() -> WorkerError:
     tb = ["\x1b[0;31m---------------------------------------------------------------------------\x1b[0m",
           "\x1b[0;31mValueError\x1b[0m  Traceback (most recent call last)\nCell In[2], line 12\n"

@@ -53,7 +53,7 @@ class FakeSession(magics.NotebookSession):
 def test_the_live_dashboard_is_finished_however_the_run_ends(error: BaseException,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     dashboard = FakeDashboard()
-    monkeypatch.setattr(magics, "ChartOnFirstMetric", lambda workers: dashboard)
+    monkeypatch.setattr(magics, "ChartOnFirstMetric", lambda workers, lines: dashboard)
     cell = magics.MWMagics(None, session=FakeSession(FakeCluster(error)))
     with pytest.raises(type(error)):
         cell.mwtrain("--workers 2 --cpu", "print(1)")

@@ -155,14 +155,16 @@ def test_worker_is_reserved_outside_a_ps_coordinator_and_names_the_server_inside
 
 def test_chart_lines_put_servers_after_the_kernels():
     layout = RoleLayout(workers=2, ps=1, evaluator=True)
-    lines = chart_lines(layout)
+    lines = chart_lines(layout, layout.kernel_names())
     assert (lines.kernels, lines.servers, lines.count) == (2, 2, 4)
     assert lines.line_of(0, {"server": 0}) == 2 and lines.line_of(0, {"server": 1}) == 3
     assert lines.line_of(1, {"val_loss": 1.0}) == 1  # the evaluator keeps its own line
     assert lines.line_of(0, {"server": 7}) == 0  # not a server of this cluster: the kernel's line
     assert lines.series_name(3, "loss") == "worker 1 (local loss)"
     assert lines.series_name(0, "loss") == "coordinator (loss)"
-    assert chart_lines(RoleLayout(workers=3, evaluator=True)) == ChartLines(4)  # MWMS: nothing new
+    mwms = RoleLayout(workers=3, evaluator=True)  # MWMS: no server lines, the evaluator named as in the text
+    assert chart_lines(mwms, mwms.kernel_names()) == ChartLines(4, 0, {3: "evaluator"})
+    assert chart_lines(mwms, {}).series_name(3, "loss") == "worker 3 (local loss)"
 
 
 def test_the_dashboard_draws_a_coordinators_server_records_as_the_servers_curves():

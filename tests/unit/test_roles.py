@@ -148,11 +148,9 @@ def test_the_evaluator_kernel_runs_the_cell_last_and_is_labelled():
     assert RoleLayout(workers=2, ps=1, evaluator=True).kernel_names() == {0: "coordinator", 1: "evaluator"}
     envs = worker_envs(ClusterSpec(workers=2, ps=1, evaluator=True, legacy_keras=True), ["c", "w", "w2", "p"])
     assert [e["MWNOTEBOOK_WORKER_INDEX"] for e in envs] == ["0", "1"]
-    try:
-        relay.name_workers(layout.kernel_names())
-        assert relay.worker_label(2) == "[evaluator] " and relay.worker_label(0) == "[worker 0] "
-    finally:
-        relay.name_workers({})
+    names = layout.kernel_names()
+    assert relay.worker_label(2, names) == "[evaluator] " and relay.worker_label(0, names) == "[worker 0] "
+    assert relay.worker_label(2) == "[worker 2] "  # no names handed in: plain replicas
 
 
 def test_tfjob_export_has_the_replica_types(tmp_path):

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mwnotebook.config.roles import RoleLayout
 from mwnotebook.frontend.chart.series import worker_series_name
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,8 @@ class ChartLines:
 
     kernels: int
     servers: int = 0
-    #: Kernels that are not plain replicas under --ps (``{0: "coordinator", 1: "evaluator"}``).
+    #: Kernels that are not plain replicas (``{0: "coordinator", 1: "evaluator"}``): the names the
+    #: cell's text is labelled with (config/roles.py ``RoleLayout.kernel_names``), handed in.
     kernel_names: Mapping[int, str] = field(default_factory=dict)
 
     @property
@@ -80,9 +82,8 @@ class ChartLines:
         return name if failed_error is None else f"{name} - failed: {failed_error or 'error'}"
 
 
-def chart_lines(layout: Any) -> ChartLines:
-    """The lines of a :class:`~mwnotebook.config.roles.RoleLayout`'s cell (worker servers under --ps)."""
-    kernels = len(layout.cell_tasks())
-    if not layout.parameter_server:
-        return ChartLines(kernels)
-    return ChartLines(kernels, layout.workers, dict(layout.kernel_names()))
+def chart_lines(layout: RoleLayout, names: Mapping[int, str]) -> ChartLines:
+    """The lines of ``layout``'s cell (worker servers under --ps), its kernels called by ``names``
+    (the same names the cell's text is labelled with)."""
+    servers = layout.workers if layout.parameter_server else 0
+    return ChartLines(len(layout.cell_tasks()), servers, dict(names))

@@ -152,7 +152,8 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     # and a ClusterInterrupted never has to cross threads.
     from mwnotebook.engine.async_cluster import AsyncCluster  # keeps `--help` and `export` light
 
-    observer = RunObserver(spec.workers, stdout, stderr)
+    # The kernels that run the script: the workers, and --evaluator's kernel (labelled [evaluator]).
+    observer = RunObserver(len(spec.layout.cell_tasks()), stdout, stderr, names=spec.layout.kernel_names())
     print(f"mwnotebook: starting {spec.workers} workers for {script}", file=stderr, flush=True)
     started = time.monotonic()
     outcome = asyncio.run(drive(AsyncCluster(spec), code, script_preamble(script, args), observer,

@@ -9,6 +9,7 @@ from typing import TextIO
 
 from mwnotebook.engine.cell.late_output import LateItem, LateOrigin
 from mwnotebook.errors import ClusterRunError, render_attempts, render_failures
+from mwnotebook.frontend.text.grouping import NO_NAMES, WorkerNames
 from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics, WorkerOutput, WorkerStateChanged
 from mwnotebook.shared.run_states import RunStates
 
@@ -19,16 +20,19 @@ SCRIPT_ORIGIN = LateOrigin("the script")
 class RunObserver:
     """Event sink of the CLI: prints worker output live and keeps what the report needs.
 
-    Called on the command's event loop; the lock only guards against a core that would call it
-    from another thread.
+    ``workers`` counts the kernels that run the script (config/roles.py ``RoleLayout.cell_tasks``: the
+    evaluator's too); ``names`` labels those that are not plain replicas (``[evaluator]``,
+    ``[coordinator]``). Called on the command's event loop; the lock only guards against a core
+    that would call it from another thread.
     """
 
-    def __init__(self, workers: int, stdout: TextIO, stderr: TextIO) -> None:
+    def __init__(self, workers: int, stdout: TextIO, stderr: TextIO, names: WorkerNames = NO_NAMES) -> None:
         from mwnotebook.frontend.text.relay import TextRelay
         from mwnotebook.shared.metrics import MetricsStore
 
         self.workers = workers
-        self.relay = TextRelay(stdout, stderr, num_workers=workers)
+        self.names = names
+        self.relay = TextRelay(stdout, stderr, num_workers=workers, names=names)
         self.metrics = MetricsStore()
         #: Each worker's state and error, by the rule the status table follows (shared/run_states.py).
         self.run_states = RunStates(workers)

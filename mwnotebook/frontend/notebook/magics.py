@@ -35,7 +35,7 @@ from mwnotebook.frontend.notebook.keras_choice import KerasChoice
 from mwnotebook.frontend.notebook.live_chart import ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.notebook.views import security_notice, status_bundle, tf_config_bundle
-from mwnotebook.frontend.text.relay import TextRelay, name_workers
+from mwnotebook.frontend.text.relay import TextRelay, WorkerNames
 from mwnotebook.shared.events import Event, EventSink
 
 log = logging.getLogger(__name__)
@@ -204,9 +204,9 @@ class MWMagics(Magics):
             print(keras_note, file=sys.stderr)
         cluster = self.session.cluster_for(spec)
         kernels = len(spec.layout.cell_tasks())  # a --ps cluster runs the cell in its coordinator only
-        name_workers(spec.layout.kernel_names())  # [evaluator], [coordinator]
-        output = _output_sink(self.shell, kernels, ns.show_tf_startup, clears="clear_output" in cell)
-        chart = None if ns.no_dashboard else _chart_sink(spec, kernels)
+        names = spec.layout.kernel_names()  # [evaluator], [coordinator]: for the text and the chart
+        output = _output_sink(self.shell, kernels, names, ns.show_tf_startup, clears="clear_output" in cell)
+        chart = None if ns.no_dashboard else _chart_sink(spec, names)
         on_event = _fan_out(*([chart] if chart is not None else []), output)
         late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
         try:
@@ -286,22 +286,23 @@ def start_notebook_coordinator(session: NotebookSession, spec: ClusterSpec) -> N
     print(cluster.notebook_notice, file=sys.stderr)
 
 
-def _output_sink(shell: Any, num_workers: int, show_startup: bool, clears: bool = False) -> EventSink:
+def _output_sink(shell: Any, num_workers: int, names: WorkerNames, show_startup: bool,
+                 clears: bool = False) -> EventSink:
     """Per-worker output areas where a frontend draws displays (a Jupyter kernel); labelled text
     lines elsewhere (a terminal IPython, tests). ``clears``: the cell calls clear_output."""
     show = True if show_startup else None  # None: the environment's default
     if getattr(shell, "kernel", None) is not None:
-        return WorkerOutputAreas(num_workers, show_startup=show, areas_from_start=clears)
+        return WorkerOutputAreas(num_workers, show_startup=show, areas_from_start=clears, names=names)
     return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show,
-                     num_workers=num_workers)
+                     num_workers=num_workers, names=names)
 
 
-def _chart_sink(spec: ClusterSpec, kernels: int) -> ChartOnFirstMetric:
+def _chart_sink(spec: ClusterSpec, names: WorkerNames) -> ChartOnFirstMetric:
     """The cell's live chart; under --ps with a line per worker server too (frontend/chart/lines.py)."""
     from mwnotebook.frontend.chart.lines import chart_lines  # the chart's modules load on first use
 
-    lines = chart_lines(spec.layout)
-    return ChartOnFirstMetric(kernels, lines=lines) if lines.servers else ChartOnFirstMetric(kernels)
+    lines = chart_lines(spec.layout, names)
+    return ChartOnFirstMetric(lines.kernels, lines=lines)
 
 
 def _finish(output: EventSink, chart: ChartOnFirstMetric | None, result: RunResult | None) -> None:

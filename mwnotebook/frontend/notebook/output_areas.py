@@ -32,8 +32,10 @@ from typing import Any, TextIO
 
 from mwnotebook.frontend.notebook.rich_labels import RichOutputLabels, ShowFn
 from mwnotebook.frontend.text.relay import (
+    NO_NAMES,
     LineLabeller,
     Result,
+    WorkerNames,
     grouped_results,
     is_startup_chatter,
     render_line,
@@ -96,8 +98,8 @@ class WorkerScreen:
         live = [(s, render_line(t)) for s, t in self._partial.items()]
         return list(self.lines) + [(s, t) for s, t in live if t]
 
-    def bundle(self, worker: int, where_all: str) -> dict[str, Any]:
-        label = worker_label(worker)
+    def bundle(self, worker: int, where_all: str, names: WorkerNames = NO_NAMES) -> dict[str, Any]:
+        label = worker_label(worker, names)
         rows = self.visible()
         note = (f"... {self.dropped} earlier lines of worker {worker} not shown here "
                 f"(all are in {where_all})") if self.dropped else ""
@@ -140,13 +142,16 @@ class WorkerOutputAreas:
                  show_startup: bool | None = None, max_lines: int = MAX_LINES,
                  max_page_lines: int = MAX_PAGE_LINES,
                  updates_per_s: float = UPDATES_PER_S, where_all: str = "mw_result.stdout(i)",
-                 clock: Callable[[], float] = time.monotonic, areas_from_start: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, areas_from_start: bool = False,
+                 names: WorkerNames = NO_NAMES) -> None:
         self.num_workers = num_workers
+        #: What kernels that are not plain replicas are called (``[evaluator]``; text/grouping.py).
+        self.names = names
         self._areas_from_start = areas_from_start
         self._publish = publish
         self._show = show
         self._streams = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
-        self._labeller = LineLabeller(show_startup)
+        self._labeller = LineLabeller(show_startup, names)
         self._max_lines = max_lines
         self._max_page_lines = max_page_lines
         self._page_lines: dict[int, int] = {}
@@ -165,7 +170,7 @@ class WorkerOutputAreas:
         self._finished = False
         self._prefix = uuid.uuid4().hex[:12]
         self._serial = 0
-        self._rich = RichOutputLabels(num_workers, self._prefix, show)
+        self._rich = RichOutputLabels(num_workers, self._prefix, show, names)
         #: Display updates sent per live line / area (for tests and the rate limit).
         self.updates: dict[Any, int] = {}
 
@@ -225,7 +230,7 @@ class WorkerOutputAreas:
         self._page_lines[worker] = self._max_page_lines
         kept = lines[:room]
         if worker not in self.thinned:
-            kept.append(f"{worker_label(worker)}... more output than a page shows well: further lines are not "
+            kept.append(f"{self._labeller.label(worker)}... more output than a page shows well: further lines are not "
                         f"shown here; all are in {self._where(worker)}")
         self.thinned[worker] = self.thinned.get(worker, 0) + len(lines) - room
         return kept
@@ -248,10 +253,10 @@ class WorkerOutputAreas:
         for key in [k for k in self._labeller.pending_keys() if k[0] == worker]:
             line = self._labeller.take_partial(*key)
             if key in self._ids:
-                self._render_line(key, worker_label(worker) + line)
+                self._render_line(key, self._labeller.label(worker) + line)
                 self._forget(key)
             elif line:
-                self._write(key[1], f"{worker_label(worker)}{line}\n")
+                self._write(key[1], f"{self._labeller.label(worker)}{line}\n")
 
     def _write(self, stream: str, text: str) -> None:
         """Stream text, left to the kernel's own batching (a flood is not one message per line)."""
@@ -290,16 +295,17 @@ class WorkerOutputAreas:
             worker, stream = key
             if key not in self._labeller.pending_keys():
                 return
-            self._render_line(key, worker_label(worker) + self._labeller.partial(worker, stream))
+            self._render_line(key, self._labeller.label(worker) + self._labeller.partial(worker, stream))
             return
         screen = self._screens.get(key)
         if screen is None or (key not in self._ids and not screen.visible() and not screen.dropped):
             return  # nothing to show yet: no empty area
-        self._send(key, screen.bundle(key, self._where(key)))
+        self._send(key, screen.bundle(key, self._where(key), self.names))
 
     def _render_line(self, key: tuple[int, str], line: str) -> None:
         worker, stream = key
-        body = f"<b>{html.escape(line[:len(worker_label(worker))])}</b>{html.escape(line[len(worker_label(worker)):])}"
+        label = self._labeller.label(worker)
+        body = f"<b>{html.escape(line[:len(label)])}</b>{html.escape(line[len(label):])}"
         if stream == "stderr":
             body = f"<span style='{_STDERR_STYLE}'>{body}</span>"
         self._send(key, {"text/plain": line, "text/html": (
@@ -348,14 +354,14 @@ class WorkerOutputAreas:
             for worker in sorted(self._screens):
                 self._render(worker)
             for worker, count in sorted(self.thinned.items()):
-                self._write("stdout", f"{worker_label(worker)}... {count} lines not shown here (all are in "
+                self._write("stdout", f"{self._labeller.label(worker)}... {count} lines not shown here (all are in "
                                       f"{self._where(worker)})\n")
             self._flush_streams()
             self._show_results()
 
     def _show_results(self) -> None:
         results, self._results = self._results, []
-        self._rich.results(grouped_results(results, self.num_workers))
+        self._rich.results(grouped_results(results, self.num_workers, self.names))
 
     @property
     def hidden_startup_lines(self) -> int:

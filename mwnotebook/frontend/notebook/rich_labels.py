@@ -31,8 +31,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mwnotebook.frontend.text.grouping import (
+    NO_NAMES,
     DisplayGroups,
     Grouped,
+    WorkerNames,
     with_plain_label,
     worker_label,
     workers_label,
@@ -66,20 +68,21 @@ def label_bundle(label: str, workers: list[int]) -> dict[str, Any]:
 class RichOutputLabels:
     """Shows workers' rich outputs, each after its label display, identical ones once."""
 
-    def __init__(self, num_workers: int, prefix: str, show: ShowFn) -> None:
+    def __init__(self, num_workers: int, prefix: str, show: ShowFn, names: WorkerNames = NO_NAMES) -> None:
         self.num_workers = num_workers
+        self.names = names
         self._prefix = prefix
         self._show = show
-        self._groups = DisplayGroups(num_workers)
+        self._groups = DisplayGroups(num_workers, names)
 
     def display(self, worker: int, data: dict[str, Any], metadata: dict[str, Any],
                 transient: dict[str, Any]) -> None:
         """A worker's ``display_data`` (its own display id, if any, already made unique in ``transient``)."""
         if not is_rich(data):
-            self._show(with_plain_label(data, worker_label(worker)), metadata, transient)
+            self._show(with_plain_label(data, worker_label(worker, self.names)), metadata, transient)
             return
         if "display_id" in transient:  # updated later by this worker alone: never merged
-            self._new_label(worker_label(worker), [worker])
+            self._new_label(worker_label(worker, self.names), [worker])
             self._show(data, metadata, transient)
             return
         group, new = self._groups.add(worker, data)
@@ -95,7 +98,7 @@ class RichOutputLabels:
                transient: dict[str, Any]) -> None:
         """A worker's ``update_display_data`` of one of its own displays (its label stays)."""
         if not is_rich(data):
-            data = with_plain_label(data, worker_label(worker))
+            data = with_plain_label(data, worker_label(worker, self.names))
         self._show(data, metadata, dict(transient, update=True))
 
     def results(self, groups: list[Grouped]) -> None:

@@ -17,34 +17,34 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 Result = tuple[int, dict[str, Any], dict[str, Any]]  # (worker, data, metadata) of an execute_result
 
 
-#: Kernels of the cell that are not plain replicas (``{index: "evaluator"}``, a --ps cluster's
-#: ``"coordinator"``): set per cell by the magic from config/roles.py's ``kernel_names``.
-_names: dict[int, str] = {}
+#: What each kernel of a cell is called when it is not a plain replica: ``{index: "evaluator"}``, a
+#: --ps cluster's ``{0: "coordinator"}`` (config/roles.py ``RoleLayout.kernel_names``). Whoever runs
+#: the cell (the magic, the command line) passes it down; empty: every kernel is ``worker i``.
+WorkerNames = Mapping[int, str]
+NO_NAMES: WorkerNames = MappingProxyType({})
 
 
-def name_workers(names: dict[int, str]) -> None:
-    """Label these kernels ``[evaluator]`` / ``[coordinator]`` instead of ``[worker i]`` (one cell runs at a time)."""
-    _names.clear()
-    _names.update(names)
+def worker_label(worker: int, names: WorkerNames = NO_NAMES) -> str:
+    """``[worker i] ``, or ``[evaluator] `` / ``[coordinator] `` for a kernel ``names`` names."""
+    name = names.get(worker)
+    return f"[{name}] " if name else f"[worker {worker}] "
 
 
-def worker_label(worker: int) -> str:
-    return f"[{_names[worker]}] " if worker in _names else f"[worker {worker}] "
-
-
-def workers_label(workers: list[int], total: int) -> str:
+def workers_label(workers: list[int], total: int, names: WorkerNames = NO_NAMES) -> str:
     """``[all N workers] `` when all ``total`` workers agree, else the workers named."""
     if len(workers) == total and total > 1:
         return f"[all {total} workers] "
     if len(workers) == 1:
-        return worker_label(workers[0])
+        return worker_label(workers[0], names)
     return f"[workers {', '.join(map(str, sorted(workers)))}] "
 
 
@@ -72,7 +72,7 @@ class Grouped:
     metadata: dict[str, Any]
 
 
-def grouped_results(results: list[Result], total: int) -> list[Grouped]:
+def grouped_results(results: list[Result], total: int, names: WorkerNames = NO_NAMES) -> list[Grouped]:
     """The cell's ``execute_result`` outputs, identical ones once, each with the label of its
     workers (``[all N workers]`` when all agree), in the order of their first worker."""
     groups: dict[str, list[Result]] = {}
@@ -82,15 +82,16 @@ def grouped_results(results: list[Result], total: int) -> list[Grouped]:
     for members in groups.values():
         workers = [w for w, _, _ in members]
         _, data, metadata = members[0]
-        shown.append(Grouped(tuple(workers), workers_label(workers, total), dict(data), dict(metadata)))
+        shown.append(Grouped(tuple(workers), workers_label(workers, total, names), dict(data), dict(metadata)))
     return shown
 
 
 class DisplayGroups:
     """Matches rich displays of different workers as they arrive (see the module docstring)."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, names: WorkerNames = NO_NAMES) -> None:
         self.total = total
+        self.names = names
         self._members: list[list[int]] = []
         self._by_key: dict[str, list[int]] = {}  # key -> its groups, oldest first
 
@@ -114,4 +115,4 @@ class DisplayGroups:
         return sorted(self._members[group])
 
     def label(self, group: int) -> str:
-        return workers_label(self._members[group], self.total)
+        return workers_label(self._members[group], self.total, self.names)

@@ -24,19 +24,20 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from mwnotebook.frontend.text.grouping import (
+    NO_NAMES,
     DisplayGroups,
     Result,
+    WorkerNames,
     grouped_results,
-    name_workers,
     with_plain_label,
     worker_label,
     workers_label,
 )
 from mwnotebook.shared.events import Event, IOPubContent, RunRestarted, WorkerOutput
 
-__all__ = ["LineLabeller", "Result", "TextRelay", "grouped_results", "is_startup_chatter", "late_label",
-           "late_lines", "name_workers", "render_line", "restart_line", "show_startup_default", "worker_label",
-           "workers_label"]
+__all__ = ["NO_NAMES", "LineLabeller", "Result", "TextRelay", "WorkerNames", "grouped_results",
+           "is_startup_chatter", "late_label", "late_lines", "render_line", "restart_line", "show_startup_default",
+           "worker_label", "workers_label"]
 
 DisplayFn = Callable[[dict[str, Any], dict[str, Any]], None]
 
@@ -111,7 +112,8 @@ def render_line(text: str) -> str:
 
 
 class LineLabeller:
-    """Prefixes every line of each worker's stdout/stderr with ``[worker i]``.
+    """Prefixes every line of each worker's stdout/stderr with ``[worker i]`` (or the name ``names``
+    gives that kernel: ``[evaluator]``, ``[coordinator]``).
 
     Streams arrive in arbitrary chunks; a partial line is held back until its newline arrives or
     :meth:`flush` is called, so a label never lands in the middle of another worker's line. A
@@ -119,7 +121,8 @@ class LineLabeller:
     chatter is dropped unless ``show_startup``.
     """
 
-    def __init__(self, show_startup: bool | None = None) -> None:
+    def __init__(self, show_startup: bool | None = None, names: WorkerNames = NO_NAMES) -> None:
+        self.names = names
         self._pending: dict[tuple[int, str], str] = {}
         self.show_startup = show_startup_default() if show_startup is None else show_startup
         #: Start-up lines left out, per worker.
@@ -136,7 +139,7 @@ class LineLabeller:
         if rest:
             cut = rest.rfind("\r")  # keep what is needed to go on rendering, not every frame
             self._pending[key] = render_line(rest[:cut]) + rest[cut:] if cut > 0 else rest
-        label = worker_label(worker)
+        label = self.label(worker)
         out = []
         for line in complete:
             shown = render_line(line)
@@ -145,6 +148,10 @@ class LineLabeller:
                 continue
             out.append(f"{label}{shown}")
         return out
+
+    def label(self, worker: int) -> str:
+        """``[worker i] `` or this kernel's name (``[evaluator] ``)."""
+        return worker_label(worker, self.names)
 
     def rewrites(self, worker: int, stream: str) -> bool:
         """Whether the unfinished line of ``worker`` is being redrawn (``\r`` / ``\b``: a progress bar)."""
@@ -164,7 +171,7 @@ class LineLabeller:
 
     def flush(self) -> list[tuple[str, str]]:
         """Any held-back partial lines, as ``(stream, labelled_text)``."""
-        out = [(stream, f"{worker_label(worker)}{render_line(text)}\n")
+        out = [(stream, f"{self.label(worker)}{render_line(text)}\n")
                for (worker, stream), text in self._pending.items() if render_line(text)]
         self._pending.clear()
         return out
@@ -176,17 +183,20 @@ class TextRelay:
     Worker errors are not printed here: the run's exception shows them, failing worker first. When
     ``live`` (default: stdout is a terminal), the unfinished ``\\r``-line of the last worker that
     wrote one is redrawn in place, labelled, and erased before any finished line is written.
+    ``names``: what kernels that are not plain replicas are called (grouping.py ``WorkerNames``).
     """
 
     def __init__(self, stdout: TextIO, stderr: TextIO, display: DisplayFn | None = None,
                  live: bool | None = None, show_startup: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic, num_workers: int = 0) -> None:
+                 clock: Callable[[], float] = time.monotonic, num_workers: int = 0,
+                 names: WorkerNames = NO_NAMES) -> None:
         self._streams = {"stdout": stdout, "stderr": stderr}
         self.num_workers = num_workers
+        self.names = names
         self._results: list[Result] = []
         self._display = display
-        self._groups = DisplayGroups(num_workers)
-        self._labeller = LineLabeller(show_startup)
+        self._groups = DisplayGroups(num_workers, names)
+        self._labeller = LineLabeller(show_startup, names)
         self._live = _isatty(stdout) if live is None else live
         self._live_shown = False
         self._last_live = -1e9
@@ -226,10 +236,10 @@ class TextRelay:
         if shared:
             group, new = self._groups.add(worker, data)
             if not new:
-                self._write("stdout", f"{worker_label(worker)}output: the same as worker "
+                self._write("stdout", f"{self._labeller.label(worker)}output: the same as worker "
                                       f"{self._groups.first(group)}'s above\n")
                 return
-        self._write("stdout", f"{worker_label(worker)}output:\n")
+        self._write("stdout", f"{self._labeller.label(worker)}output:\n")
         display(data, content.get("metadata", {}))
 
     def flush(self) -> None:
@@ -238,7 +248,7 @@ class TextRelay:
             self._write(stream, text)
         total = self.num_workers or (max(w for w, _, _ in self._results) + 1 if self._results else 0)
         results, self._results = self._results, []
-        for group in grouped_results(results, total):
+        for group in grouped_results(results, total, self.names):
             data = with_plain_label(group.data, group.label)
             if self._display is not None:
                 self._display(data, group.metadata)
@@ -261,7 +271,7 @@ class TextRelay:
             return
         self._last_live = now
         out = self._streams["stdout"]
-        out.write(f"\r\x1b[K{worker_label(worker)}{line}")
+        out.write(f"\r\x1b[K{self._labeller.label(worker)}{line}")
         out.flush()
         self._live_shown = True
 
