@@ -1,0 +1,84 @@
+"""Sphinx configuration of mwnotebook's documentation (built by ``bash tools/docs.sh``).
+
+The build is offline: no intersphinx, no theme assets from a CDN, lessons rendered from executed
+copies prepared by ``tools/docs_lessons.py`` (never executed by Sphinx itself).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS / "_ext"))
+sys.path.insert(0, str(DOCS.parent))
+
+import mwnotebook  # noqa: E402
+
+project = "mwnotebook"
+author = "the mwnotebook authors"
+copyright = "the mwnotebook authors"  # noqa: A001 - Sphinx's name
+release = version = mwnotebook.__version__
+
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+    "sphinx_design",
+    "mw_options",
+    "mw_api",
+]
+
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "lessons/_run/*.md"]
+suppress_warnings = [
+    # The chart's bundle also holds plotly's JSON, which the HTML pages do not draw (the SVG is shown).
+    "mystnb.unknown_mime_type",
+    # Lesson notebooks' own heading levels (lesson 06 goes from H1 to H3).
+    "myst.header",
+]
+
+# MyST: the user guide is Markdown.
+myst_enable_extensions = ["colon_fence", "deflist", "attrs_inline"]
+myst_heading_anchors = 3
+
+# MyST-NB: lessons are executed before the build (tools/docs_lessons.py); Sphinx never runs a kernel.
+nb_execution_mode = "off"
+# The chart's saved picture: the SVG, not the HTML variant (whose script would fetch plotly.js from a
+# CDN when the page is opened; the pages must work offline).
+nb_mime_priority_overrides = [
+    ("html", "image/svg+xml", 5),
+    ("html", "application/vnd.plotly.v1+json", None),
+]
+nb_merge_streams = True
+
+# autodoc: the public API, with signatures from the code and types in the description.
+autodoc_typehints = "description"
+autodoc_member_order = "bysource"
+autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
+# -n (tools/docs.sh): every reference must resolve. Without intersphinx (the build is offline) other
+# projects' and the standard library's names cannot; our own still must.
+nitpick_ignore_regex = [
+    (r"py:.*", r"(asyncio|pathlib|collections|concurrent|typing|types|os|argparse|subprocess|datetime|enum|"
+               r"pandas|numpy|tensorflow|tf|keras|tf_keras|IPython|ipykernel|jupyter_client|zmq|asyncssh|"
+               r"plotly|anywidget|traitlets)(\..*)?"),
+    (r"py:.*", r"(Path|Mapping|Sequence|Iterable|Iterator|Callable|Awaitable|Coroutine|Any|Literal|"
+               r"TextIO|DataFrame|NotebookNode)"),
+    # Types of the package's internal modules in public signatures (events, stacks, host specs):
+    # documented in their modules, not on these pages.
+    (r"py:.*", r"mwnotebook\.(shared|engine|config|errors|launchers|frontend|worker)\..*"),
+    # Names docstrings refer to in their own module's scope (errors.py, worker/), not public.
+    (r"py:.*", r"(AttemptFailure|WorkerStacksText|order_failures|render_failures|REMOTE_WAIT|StrategyError|Launcher)"),
+]
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"mwnotebook {release}"
+html_static_path = ["_static"]
+html_css_files = ["mw.css"]
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "footer_start": ["copyright"],
+    "footer_end": [],
+    "secondary_sidebar_items": ["page-toc"],
+}
+html_sidebars = {"index": [], "lessons/index": []}
+html_show_sourcelink = False
