@@ -36,7 +36,7 @@ for bin in chromium sshd ssh ssh-keygen ip unshare nsenter salloc srun sbatch sq
   have "$bin" || { echo "tools/test.sh: $bin is still missing after the install above" >&2; exit 1; }
 done
 
-python3 -m pip install -q -e '.[tensorflow-cpu,test]'
+python3 -m pip install -q -e '.[tensorflow-cpu,test,docs]'
 # Static checks: lint first (under a second), then types (configured in pyproject.toml) while the suite
 # runs: from a fresh clone mypy takes ~14 s of one core, and the suite's first minutes are mostly
 # waiting on kernels. A type error still fails the run; its report is printed after the suite's.
@@ -56,6 +56,15 @@ status=0
 # (pytest-benchmark, where a machine has it, warns under xdist; the suite has no benchmark tests.)
 python3 -m pytest -p no:benchmark -n "${MWNOTEBOOK_TEST_PROCESSES:-3}" --dist loadgroup --no-loadscope-reorder -ra --durations=20 "$@" \
   || status=$?
+# The docs site (docs/_build/html), after the suite: its lesson gallery renders the executed lesson
+# copies the suite saved in artifacts/; a failed lesson, a missing chart picture or a broken reference
+# fails the run. Only after the whole suite (no pytest arguments): a part of it saves only some copies.
+docs=0
+if [ "$#" -eq 0 ]; then bash tools/docs.sh --no-execute || docs=$?; fi
+if [ "$docs" -ne 0 ]; then
+  echo "tools/test.sh: the docs build failed (above)" >&2
+  [ "$status" -ne 0 ] || status=$docs
+fi
 types=0
 wait "$types_pid" || types=$?
 echo "mypy (types):"
