@@ -86,6 +86,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext mwnotebook``: remove the magics again (running clusters are left as they are)."""
     from mwnotebook.frontend.notebook.magics import unregister
 
     unregister(ipython)

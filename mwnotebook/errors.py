@@ -106,6 +106,7 @@ class WorkerFailure:
 
     @property
     def who(self) -> str:
+        """Who failed, as the messages say it: the task's name, else ``worker i``."""
         return self.name or f"worker {self.worker}"
 
     def headline(self) -> str:

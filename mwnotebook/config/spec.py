@@ -162,8 +162,10 @@ class ClusterSpec:
 
     @property
     def uses_slurm(self) -> bool:
+        """Whether the workers run as Slurm job steps (``--slurm`` or ``--slurm-job``)."""
         return self.slurm is not None or self.slurm_job is not None
 
     @property
     def use_legacy_keras(self) -> bool:
+        """Whether the workers get ``TF_USE_LEGACY_KERAS=1``: as asked, else when tf_keras is installed."""
         return tf_keras_installed() if self.legacy_keras is None else self.legacy_keras

@@ -77,6 +77,7 @@ class AsyncCluster:
 
     @property
     def started(self) -> bool:
+        """Whether the cluster has been started (workers running, or the notebook joined as coordinator)."""
         return bool(self._group.workers) or self._roles.joined
 
     @property
@@ -93,6 +94,7 @@ class AsyncCluster:
 
     @property
     def addresses(self) -> list[str]:
+        """Each worker's TensorFlow server address, as the launcher placed it ([] before a start)."""
         return self._group.addresses
 
     @property
@@ -102,6 +104,7 @@ class AsyncCluster:
 
     @property
     def tf_configs(self) -> list[dict[str, Any]]:
+        """Each cell kernel's TF_CONFIG, in cell order ([] before a start)."""
         addresses = self._group.addresses
         return [self._layout.tf_config(addresses, t) for t in self._layout.cell_tasks()] if addresses else []
 

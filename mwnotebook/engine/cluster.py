@@ -53,10 +53,12 @@ class Cluster:
 
     @property
     def spec(self) -> ClusterSpec:
+        """The options this cluster was made with."""
         return self._core.spec
 
     @property
     def started(self) -> bool:
+        """Whether the cluster has been started (and not stopped since)."""
         return self._core.started
 
     @property
@@ -188,6 +190,7 @@ class Cluster:
         return future.result()
 
     def interrupt(self) -> None:
+        """Interrupt the running cell on every worker (as the notebook's stop button does)."""
         self._loop.run(self._core.interrupt())
 
     def stacks(self) -> StacksReport:
@@ -216,6 +219,7 @@ class Cluster:
             self._published.stopped()
 
     def status(self) -> list[WorkerInfo]:
+        """Every task: role, TF_CONFIG task, address, pid, state (cell kernels first, then a --ps cluster's servers)."""
         return self._loop.run(self._core.status())
 
     def scheduler_status(self) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ def task_type() -> str:
 
 
 def task_index() -> int:
+    """This kernel's ``task.index`` in its TF_CONFIG (0 when there is none): its place among its role's tasks."""
     task = _tf_config().get("task") or {}
     try:
         return int(task.get("index") or 0)

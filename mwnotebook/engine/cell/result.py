@@ -32,6 +32,7 @@ class RunResult:
             self.outputs = [[] for _ in range(self.num_workers)]
 
     def add(self, event: Event) -> None:
+        """Keep a worker's output or metric records from one of the run's events."""
         if isinstance(event, WorkerOutput):
             self.outputs[event.worker].append(event)
         elif isinstance(event, WorkerMetrics):
@@ -78,6 +79,7 @@ class RunResult:
         return self._stream(worker, "stdout", attempt)
 
     def stderr(self, worker: int, attempt: int | None = None) -> str:
+        """What ``worker`` wrote to stderr (one attempt's only, with ``attempt``), as :meth:`stdout` does."""
         return self._stream(worker, "stderr", attempt)
 
     def metrics_frame(self) -> Any:
@@ -97,4 +99,5 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
+        """Whether every worker's cell ended with status ``ok``."""
         return all(o is not None and o.status == "ok" for o in self.outcomes)
