@@ -1,5 +1,5 @@
 """Export a ``%%mwtrain`` cell as a plain cluster job: what the seed tutorial writes by hand
-(its scripts as benchmarks/_common.py writes them, its program in tests/data/seed_train.py).
+(its scripts as benchmarks/_suite.py writes them, its program in tests/data/seed_train.py).
 
 :func:`export_cell` writes into one directory:
 

@@ -306,7 +306,7 @@ def share_loaded_objects() -> None:
 
     A collection writes into the header of every object it scans, so a forked worker's first full
     collection copied every page of the template's ~360,000 objects (TensorFlow, Keras, IPython), and
-    each full collection took 0.2-0.4 s of scanning them (``benchmarks/noop_breakdown.py``). Frozen,
+    each full collection took 0.2-0.4 s of scanning them (``benchmarks/probes/noop_breakdown.py``). Frozen,
     they stay shared between the template and its children and are never scanned; what a worker
     creates itself is collected as usual. (They are module-level objects that live as long as the
     process anyway.)

@@ -1,6 +1,6 @@
 """Chaos for ``--max-restarts``: training cells that resume from a backup, and a killer that
 SIGKILLs workers at random moments while they train. Shared by tests/reliability/test_restarts_chaos.py
-and benchmarks/restarts_chaos.py (which writes the side-by-side numbers).
+and benchmarks/faults.py chaos (which writes the side-by-side numbers).
 
 The killer works from the events the cell sends (never from inside the cell): a kill is due when
 the live metrics pass a step drawn at random, or right when a restart is announced ("during a

@@ -8,7 +8,7 @@ are counted by process-tree scans before and after (tests/_shared/processes.py).
 How many runs CI needs: before the fix 5 of 5 runs went wrong. Even at the lower end of what 5/5
 allows (a one-sided 95 % bound: a rate p with p^5 = 0.05, p = 0.55), 3 runs miss a regression with
 probability (1 - 0.55)^3 = 0.09, so RUNS = 3 catches it with probability >= 0.9. The ten-run flood
-(and its timings) is benchmarks/output_flood.py.
+(and its timings) is benchmarks/probes/output_flood.py.
 """
 
 from __future__ import annotations

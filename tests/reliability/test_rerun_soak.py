@@ -25,7 +25,7 @@ probability (1 - p)^n:
   = 0.65, and always by the deterministic test.
 
 That is a net, not a proof: the full 200 + 200 soak (a 1-in-40 rate caught with 1 - 0.975^400 >
-0.9999) is benchmarks/rerun_soak.py (results in benchmarks/results/), run for every change to the
+0.9999) is benchmarks/faults.py soak (results in benchmarks/results/), run for every change to the
 worker runtime. (Until 2026-12-01 this module ran 40 seed reruns; the notebook's 30 were not
 counted, and 20 here with them make a wider net for hangs than 40 alone, 0.92 against 0.87 for 1 in
 20, at half the time.)

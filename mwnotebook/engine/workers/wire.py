@@ -3,7 +3,7 @@
 jupyter_client's channels poll a socket before each receive (two awaits per message) and turn every
 header's ISO dates into ``datetime`` objects with dateutil. The engine never reads those dates, and
 with N workers each no-op cell brings 3N messages: profiled in the notebook's event-loop thread
-(``benchmarks/noop_breakdown.py``, 32 workers), date parsing alone was ~11 % of its time and
+(``benchmarks/probes/noop_breakdown.py``, 32 workers), date parsing alone was ~11 % of its time and
 ``Session.deserialize`` ~20 %. :class:`WorkerClient` receives straight from the socket and checks
 the signature exactly as the Jupyter message protocol asks (HMAC over the four packed parts,
 no replayed signature), but leaves the dates as the strings they arrived as. All of them share one

@@ -8,7 +8,7 @@ becomes the static copy (plotly JSON + SVG picture, every metric) and the widget
 saved notebook holds no widget state. Where no widget can be drawn (terminal IPython, the
 JavaScript not built) the chart is the SVG picture, updated in place. Why not plotly's
 ``FigureWidget``: its ``comm_open`` carried all of plotly.js (5 MB) for every chart and held up the
-page's other output for seconds (``benchmarks/chart_in_browser.py``, benchmarks/README.md).
+page's other output for seconds (``benchmarks/chart.py browser``, benchmarks/README.md).
 """
 
 from __future__ import annotations

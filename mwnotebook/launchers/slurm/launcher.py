@@ -164,7 +164,7 @@ class SlurmLauncher:
         await gather_port_holders((reserve(n, ix) for n, ix in by_node.items()), self._release_ports)
         if self._startup_env is not None and os.environ.get(SPARE_TEMPLATE_ENV) != "0":
             # A spare node's template imports TensorFlow now, so that a worker moved there after its
-            # node failed starts as fast as one restarted in place (benchmarks/slurm_node_loss.py).
+            # node failed starts as fast as one restarted in place (benchmarks/faults.py node-loss).
             for spare in (n for n in allocation.nodes if n not in by_node):
                 self._template(spare, self._startup_env)
         log.info("TensorFlow addresses: %s", addresses)

@@ -1,6 +1,6 @@
 """Give every MultiWorkerMirroredStrategy a collective key range of its own.
 
-Measured (benchmarks/rerun_soak.py, results in benchmarks/README.md):
+Measured (benchmarks/faults.py soak, results in benchmarks/README.md):
 each strategy instance starts its collective group keys at
 ``1 + CollectiveAllReduceStrategy._collective_key_base`` (a class attribute, 0 by default). A cell
 that builds a new strategy on every run therefore reuses group 1 in the same process, while the old

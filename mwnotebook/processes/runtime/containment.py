@@ -13,7 +13,7 @@ worker's process group: every descendant that stayed in it, i.e. everything a ce
 ``subprocess``/``os.system``/``multiprocessing`` unless it asks for a new session.
 
 The watchdog is a POSIX shell (:data:`SHELL_WATCHDOG`), one per worker: 0.2 MiB of PSS per worker
-against 4.6 MiB for ``python -S owner_watch.py`` (benchmarks/watchdog_memory.py), which stays the
+against 4.6 MiB for ``python -S owner_watch.py`` (benchmarks/probes/watchdog_memory.py), which stays the
 fallback where there is no ``/bin/sh``. The death signal is set in the forked child before it execs
 the shell (it survives ``execve``). It is SIGWINCH, whose default action is to do nothing: one that arrives before the
 shell has set its trap is lost rather than fatal, and the shell's own look at its parent (after the
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 #: ``0`` disables containment (to measure without it).
 DISABLE_ENV = "MWNOTEBOOK_CONTAIN_CHILDREN"
 #: ``python`` makes the watchdog the Python one even where there is a shell (to measure the two side
-#: by side: benchmarks/watchdog_memory.py).
+#: by side: benchmarks/probes/watchdog_memory.py).
 WATCHDOG_ENV = "MWNOTEBOOK_WATCHDOG"
 
 #: How the worker's descendants are contained: "process-group" or "none" (and why).

@@ -1,7 +1,7 @@
 """The worker's half of "output is never lost": no IOPub message is dropped, and every cell's output
 is counted so the notebook can tell if some never arrived.
 
-Measured (benchmarks/output_flood.py, before this module):
+Measured (benchmarks/probes/output_flood.py, before this module):
 two workers each printing 20,000 flushed lines lost 21-53 % of one worker's
 lines in 3 runs of 5, and 2 runs hung. Each flushed print is one IOPub message; ipykernel's IOPub
 socket is a ZMQ XPUB with the default high-water mark of 1000 messages, and a PUB socket *drops*

@@ -1,6 +1,6 @@
 """A worker's per-cell bookkeeping, carried by the execute_reply itself, and what a no-op cell costs.
 
-Measured in a forked TensorFlow worker (``benchmarks/noop_breakdown.py``): ipykernel evaluating and
+Measured in a forked TensorFlow worker (``benchmarks/probes/noop_breakdown.py``): ipykernel evaluating and
 formatting two ``user_expressions`` per cell (the output count of :mod:`.output` and the hold check of
 ``mwnotebook/worker/_lifetime.py``) took ~0.4 ms, more than IPython running ``pass`` (~0.1 ms). With
 N workers sharing few cores, that is paid N times per cell. So the worker puts both answers into the

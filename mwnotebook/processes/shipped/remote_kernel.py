@@ -27,7 +27,7 @@ except ImportError:  # run from source: the helper was sent along (processes/shi
 #: instead of ``ipykernel_launcher`` on a host where the kernel's interpreter can import it.
 WORKER_KERNEL = "mwnotebook.processes.worker_kernel"
 #: ``0`` in the worker's environment starts plain ``ipykernel_launcher`` anyway (to measure the
-#: difference: benchmarks/remote_worker_kernel.py); remote_template.py reads the same name.
+#: difference: benchmarks/probes/remote_worker_kernel.py); remote_template.py reads the same name.
 WORKER_KERNEL_ENV = "MWNOTEBOOK_REMOTE_WORKER_KERNEL"
 
 def has_worker_kernel(env: dict[str, str], cwd: str | None) -> bool:

@@ -66,7 +66,7 @@ WORKER_MODULES = ("mwnotebook.processes.worker_kernel",
 #: list instead of walking every module over pages shared with the template (see that module).
 MODULE_WALK = "mwnotebook.processes.runtime.module_walk"
 #: ``0`` in the template's environment leaves its objects unfrozen (to measure the difference:
-#: benchmarks/remote_template_freeze.py); anything else, or unset, freezes them.
+#: benchmarks/probes/remote_template_freeze.py); anything else, or unset, freezes them.
 FREEZE_ENV = "MWNOTEBOOK_TEMPLATE_GC_FREEZE"
 #: ``0`` in a worker's environment: its forked child is plain ``ipykernel_launcher`` even where
 #: mwnotebook is importable (as remote_agent.py ``WORKER_KERNEL_ENV`` for a fresh kernel).
