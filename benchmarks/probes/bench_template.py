@@ -150,7 +150,7 @@ def eight_workers(template: bool) -> tuple[float, float, float]:
         time.sleep(1)
         pids = [info.pid for info in cluster.status()]
         workers = sum(pss_kib(pid) for pid in pids) / 1024
-        tpl = cluster._core._launcher.template  # noqa: SLF001 (a probe of the cluster's private core)
+        tpl = cluster.launcher.template
         with_template = workers + (pss_kib(tpl.pid) / 1024 if tpl is not None else 0)
     finally:
         cluster.stop()

@@ -36,7 +36,7 @@ def inside(cluster: Any, repeats: int) -> dict[str, float]:
     shell = get_ipython()
     n = cluster.spec.workers
     core, loop = cluster._core, cluster._loop  # noqa: SLF001 (a probe of the cluster's private core)
-    workers = core._workers  # noqa: SLF001 (a probe of the cluster's private core)
+    workers = cluster.workers
 
     async def raw(silent: bool, expressions: dict[str, str] | None) -> float:
         samples = []
@@ -71,7 +71,7 @@ def kernel_split(cluster: Any, repeats: int) -> dict[str, float]:
     ``started`` is ipykernel's execute_reply metadata (when its handler began); the reply header's
     date is when the reply was made. Medians over workers and repeats.
     """
-    loop, workers = cluster._loop, cluster._core._workers  # noqa: SLF001 (a probe of the cluster's private core)
+    loop, workers = cluster._loop, cluster.workers  # noqa: SLF001 (the cluster's event loop thread)
 
     async def one(w: Any) -> tuple[float, float, float]:
         sent = time.time()
@@ -161,7 +161,7 @@ def profile_magic(cluster: Any, repeats: int) -> dict[str, float]:
 
 def inside_raw(cluster: Any, repeats: int) -> float:
     """Raw execute round trips (with the output count, as every cell has) to all workers at once."""
-    loop, workers = cluster._loop, cluster._core._workers  # noqa: SLF001 (a probe of the cluster's private core)
+    loop, workers = cluster._loop, cluster.workers  # noqa: SLF001 (the cluster's event loop thread)
 
     async def raw() -> float:
         samples = []

@@ -56,7 +56,7 @@ def pss_mib(pid: int | None) -> float:
 def snapshot(cluster: Cluster) -> dict[str, Any]:
     sizes = [memory_mib(info.pid) for info in cluster.status()]
     workers = [pss for pss, _ in sizes]
-    templates = [pss_mib(t.pid) for t in cluster._core._launcher.templates]  # noqa: SLF001
+    templates = [pss_mib(t.pid) for t in cluster.launcher.templates]
     return {"workers_mib": [round(w, 1) for w in workers], "per_worker_mib": round(statistics.mean(workers), 1),
             "per_worker_uss_mib": round(statistics.mean(uss for _, uss in sizes), 1),
             "templates_mib": [round(t, 1) for t in templates],
@@ -71,7 +71,7 @@ def measure(hosts: tuple[str, ...], frozen: bool) -> dict[str, Any]:
         n = len(cluster.status())
         counts = cluster.run("import gc\nprint(gc.get_freeze_count(), flush=True)")
         row["frozen_objects"] = [int(counts.stdout(i)) for i in range(n)]
-        if any(info.pid is None for info in cluster.status()) or not cluster._core._launcher.templates:  # noqa: SLF001
+        if any(info.pid is None for info in cluster.status()) or not cluster.launcher.templates:
             raise RuntimeError("the workers were not forked from templates")
         row["ready"] = snapshot(cluster)
         seed = cluster.run(SEED_CODE, timeout=900)
