@@ -233,13 +233,13 @@ class AsyncCluster:
             await self._group.interrupt()
 
     async def run(self, code: str, on_event: EventSink | None = None,
-                  timeout: float | None = None, restart_on_failure: bool = True,
+                  timeout: float | None = None,
                   max_restarts: int | None = None, fresh_setup: str | None = None,
                   abort: asyncio.Event | None = None) -> RunResult:
         """Run ``code`` on every worker at once. Raises a :class:`ClusterRunError` subclass on failure.
 
-        ``restart_on_failure=False`` skips the group restart after a fault (for callers that stop
-        the cluster next anyway); the error's ``restarted`` says which happened. ``max_restarts``
+        After a fault that spoiled the workers the group is restarted in the background (the
+        error's ``restarted`` says so). ``max_restarts``
         (default: the spec's): after losing workers, run the cell again on fresh ones up to this
         many times (mwnotebook/engine/cell/restarts.py); ``timeout`` bounds each attempt;
         ``fresh_setup`` runs silently in fresh workers before the cell runs again (the command-line
@@ -248,10 +248,10 @@ class AsyncCluster:
         engine/cluster.py); default: a new one, set by :meth:`request_abort`.
         """
         limits = CellLimits.of(timeout, max_restarts, self.spec.max_restarts)
-        return await self.run_within(code, limits, on_event, restart_on_failure, fresh_setup, abort)
+        return await self.run_within(code, limits, on_event, fresh_setup, abort)
 
     async def run_within(self, code: str, limits: CellLimits, on_event: EventSink | None = None,
-                         restart_on_failure: bool = True, fresh_setup: str | None = None,
+                         fresh_setup: str | None = None,
                          abort: asyncio.Event | None = None) -> RunResult:
         """:meth:`run` with its limits already checked (``Cluster.run`` checks them before it starts
         the cluster)."""
@@ -280,10 +280,7 @@ class AsyncCluster:
         names = self._layout.kernel_names()  # a --ps cluster's "coordinator", the "evaluator"
 
         async def run_once(sink: EventSink) -> CellVerdict:
-            verdict = await CellRun(self._group.workers, code, limits.timeout, abort, sink).run()
-            for failure in verdict.failures:
-                failure.name = names.get(failure.worker, "")
-            return verdict
+            return await CellRun(self._group.workers, code, limits.timeout, abort, sink, names=names).run()
         try:
             outcome = await run_with_restarts(
                 run_once, lambda: self._replace_workers(fresh_setup, emit), self._states.sink(emit),
@@ -292,11 +289,10 @@ class AsyncCluster:
             lost_ps = self._roles.lost_ps
             if lost_ps is not None:
                 # Variables are gone with the ps: only fresh tasks and a fresh coordinator can go on.
-                if restart_on_failure:
-                    await self.restart_in_background()
+                await self.restart_in_background()
                 task, how = lost_ps
                 raise ParameterServerLost(
-                    verdict.failures, restarted=restart_on_failure,
+                    verdict.failures, restarted=True,
                     detail=f"parameter server {task.name} died ({how}) while the cell ran: the variables "
                            "it held are gone. Every task and the coordinator are restarted; with "
                            "BackupAndRestore or a CheckpointManager the next run resumes from the last "
@@ -305,7 +301,7 @@ class AsyncCluster:
                 return RunResult.of_attempts(outcome.results, outcome.restarts)
             if outcome.start_error is not None:
                 raise outcome.start_error
-            restart = restart_on_failure and verdict.workers_spoiled
+            restart = verdict.workers_spoiled
             if restart:
                 await self.restart_in_background()
             raise verdict.error(restarted=restart).with_attempts(outcome.attempts)

@@ -122,7 +122,7 @@ class Cluster:
         self._loop.submit(self._core.start())
 
     def run(self, code: str, on_event: EventSink | None = None, timeout: float | None = None,
-            restart_on_failure: bool = True, max_restarts: int | None = None) -> RunResult:
+            max_restarts: int | None = None) -> RunResult:
         """Run ``code`` on every worker at once; starts the cluster first if needed.
 
         ``max_restarts`` (default: the spec's, 0): when workers are lost, run the cell again on
@@ -138,8 +138,7 @@ class Cluster:
         abort = asyncio.Event()  # bound to the loop on first use; set there, never from this thread
         self._published.cell(code)
         return self._run_with_events(
-            lambda sink: self._core.run_within(code, limits, on_event=sink, restart_on_failure=restart_on_failure,
-                                               abort=abort),
+            lambda sink: self._core.run_within(code, limits, on_event=sink, abort=abort),
             on_event, on_interrupt=lambda: self._loop.call_soon(abort.set))
 
     def _run_with_events(self, make_coro: Callable[[EventSink | None], Coroutine[Any, Any, _T]],
