@@ -140,12 +140,3 @@ class RoleLayout:
             raise ValueError(f"replica {replica} is outside 0..{len(tasks) - 1}")
         return tasks[replica]
 
-
-def layout_of(spec: Any) -> RoleLayout:
-    """The layout of a :class:`~mwnotebook.config.spec.ClusterSpec`: its cached ``spec.layout``
-    (kept for callers not yet switched to ``spec.layout``; anything else is read by attribute)."""
-    layout = getattr(spec, "layout", None)
-    if isinstance(layout, RoleLayout):
-        return layout
-    return RoleLayout(workers=spec.workers, ps=getattr(spec, "ps", 0) or 0,
-                      chief=bool(getattr(spec, "chief", False)), evaluator=bool(getattr(spec, "evaluator", False)))
