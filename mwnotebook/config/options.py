@@ -122,6 +122,14 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --slurm/--slurm-job, from a machine off the cluster's network: run the "
                              "Slurm commands on this login node over SSH ([user@]host[:port] or an ssh "
                              "config alias) and reach the kernels through it")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS",
+                        help="run the workers on a running Ray cluster: auto, HEAD_HOST:PORT or "
+                             "ray://HEAD_HOST:10001 (one placement group, a bundle per worker)")
+    parser.add_argument("--ray-strategy", default="SPREAD", type=str.upper, metavar="STRATEGY",
+                        help="with --ray: how the workers' bundles are placed (SPREAD, the default, on "
+                             "distinct nodes where it can; STRICT_SPREAD, PACK, STRICT_PACK)")
+    parser.add_argument("--cpus-per-worker", type=lambda t: whole_number(t, name="--cpus-per-worker"),
+                        default=None, metavar="C", help="with --ray: CPUs each worker's bundle reserves (default 1)")
     parser.add_argument("--ps", type=lambda t: whole_number(t, name="--ps"), default=0, metavar="P",
                         help="ParameterServerStrategy: start P parameter servers and --workers worker "
                              "servers; the cell runs in one coordinator kernel (tf_keras only)")
@@ -174,11 +182,14 @@ def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None 
         template=not getattr(ns, "no_template", False),
         slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None),
         slurm_login=getattr(ns, "slurm_login", None),
+        ray=getattr(ns, "ray", None), ray_strategy=getattr(ns, "ray_strategy", "SPREAD"),
+        cpus_per_worker=getattr(ns, "cpus_per_worker", None),
         ps=getattr(ns, "ps", 0) or 0, chief=getattr(ns, "chief", False), evaluator=getattr(ns, "evaluator", False),
         coordinator=getattr(ns, "coordinator", "kernel"), force=getattr(ns, "force", False))
     if hasattr(ns, "max_restarts"):
         fields["max_restarts"] = max_restarts_from(ns.max_restarts, os.environ if environ is None else environ)
-    if (fields["slurm"] is not None or fields["slurm_job"] is not None) and getattr(ns, "timeout", None):
-        fields["startup_timeout"] = ns.timeout  # --timeout also bounds the wait in Slurm's queue
+    engine = fields["slurm"] is not None or fields["slurm_job"] is not None or fields["ray"] is not None
+    if engine and getattr(ns, "timeout", None):
+        fields["startup_timeout"] = ns.timeout  # --timeout also bounds the wait in Slurm's queue, Ray's placement
     return ClusterSpec(**fields)
 

@@ -74,6 +74,12 @@ class ClusterSpec:
     #: ``--slurm-login HOST``: run the Slurm commands on this login node over SSH and reach the
     #: kernels through it (the notebook is off the cluster's network).
     slurm_login: str | None = None
+    #: ``--ray ADDRESS``: the workers run on this Ray cluster (``auto``, ``HOST:PORT``, ``ray://HOST:10001``),
+    #: one placement-group bundle each (launchers/ray/); ``--ray-strategy`` places the bundles,
+    #: ``--cpus-per-worker`` sizes them (config/ray_options.py checks all three).
+    ray: str | None = None
+    ray_strategy: str = "SPREAD"
+    cpus_per_worker: int | None = None
     #: The host of each worker (empty without ``hosts``): ``--hosts`` is parsed here, once, and
     #: everything else (launcher, GPU split, export) reads this.
     placement: tuple[HostSpec, ...] = field(init=False, compare=False, repr=False, default=())
@@ -148,6 +154,9 @@ class ClusterSpec:
             from mwnotebook.config.slurm_options import check_slurm_spec
 
             check_slurm_spec(self)
+        from mwnotebook.config.ray_options import check_ray_spec
+
+        check_ray_spec(self)
         if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise ConfigError(f"--max-restarts must be a whole number >= 0, got {self.max_restarts!r}")
         check_roles(self)

@@ -1,6 +1,7 @@
 """How worker kernels are started: the launcher contract (``base.py``, ``capabilities.py``) and one
 subpackage per backend (``local/`` on this machine, ``ssh/`` on hosts over SSH, ``slurm/`` as Slurm
-job steps, ``remote/`` what SSH and Slurm share: the agent channel, remote handles and templates).
+job steps, ``ray/`` in a Ray cluster's placement group, ``remote/`` what SSH and Slurm share: the
+agent channel, remote handles and templates).
 
 Importing this package imports no backend: the processes the launchers start import
 ``mwnotebook.launchers...`` modules too, and must not load jupyter_client or asyncssh for it
@@ -29,8 +30,12 @@ def __getattr__(name: str) -> Any:
 
 
 def make_launcher(spec: ClusterSpec) -> Launcher:
-    """The launcher a spec asks for: Slurm with ``--slurm``/``--slurm-job``, SSH when it names
-    hosts, local otherwise."""
+    """The launcher a spec asks for: Ray with ``--ray``, Slurm with ``--slurm``/``--slurm-job``, SSH
+    when it names hosts, local otherwise."""
+    if spec.ray is not None:
+        from mwnotebook.launchers.ray.launcher import RayLauncher  # lazily: only Ray users have Ray
+
+        return RayLauncher.from_spec(spec)
     if spec.uses_slurm:
         from mwnotebook.launchers.slurm.launcher import SlurmLauncher  # lazily: only Slurm users need it
 

@@ -1,0 +1,257 @@
+"""Worker kernels on a running Ray cluster (``%%mwtrain --ray ADDRESS``).
+
+Ray only places and supervises processes here; the workers are the same as everywhere else. One
+placement group of N bundles (``--cpus-per-worker``, ``--gpus-per-worker``; ``--ray-strategy``,
+SPREAD by default), one small relay actor per bundle (``node_relay.py``), and through each relay the
+remote agent that SSH and Slurm workers use (``processes/shipped/remote_agent.py``): a ``ports``
+agent holds the worker's TensorFlow port, a ``kernel`` agent starts the kernel bound to the node's
+address and obeys interrupt/stacks/kill. TF_CONFIG lists the bundles' node addresses and those
+ports, in bundle order.
+
+Reaching the kernels: directly, at the node's address. The notebook must run inside the cluster's
+network (a pod beside a KubeRay cluster, the head node, a VM on the cluster's network): Ray forwards
+no arbitrary ports, and reaching the nodes through an SSH jump host is not built.
+
+Lifecycle: :meth:`RayLauncher.close` (cluster stop, a failed start) closes the agents' connections
+(they kill their kernels), stops and kills the relays and removes the placement group. If the
+notebook's process dies (SIGKILL included), Ray ends the actors the driver owned and the group, and
+the agents die with their relay (``node_relay.py``); their connections also close. A node lost
+mid-cell fails its relay's ``wait`` call, which closes that worker's channel: the cell fails fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mwnotebook.config.ray_options import DEFAULT_CPUS_PER_WORKER
+from mwnotebook.config.tf_config import format_address
+from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.launchers.ray import node_relay
+from mwnotebook.launchers.ray.channel import RelayAgent
+from mwnotebook.launchers.ray.session import Placement, RaySession
+from mwnotebook.launchers.remote.agent_channel import BOOTSTRAP, DEFAULT_REQUIRE, agent_error
+from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
+from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
+
+if TYPE_CHECKING:
+    from mwnotebook.config.spec import ClusterSpec
+
+__all__ = ["RayKernelHandle", "RayLauncher"]
+
+log = logging.getLogger(__name__)
+
+_CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+#: Calls to a relay that answer at once (``where``, ``stop``); a relay's first call also waits for
+#: its Ray worker process to start (importing Ray on a loaded node takes seconds).
+RELAY_CALL_SECONDS = 60.0
+#: Thread-count variables a worker gets from its bundle's CPUs unless ``--env`` gives them (Ray sets
+#: OMP_NUM_THREADS for the actor only; the relay does not pass it on).
+THREAD_ENV = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+
+
+class _BundlePlace:
+    """A worker's place: its bundle's node (``target`` names the worker's host in the output)."""
+
+    def __init__(self, node_ip: str, bundle: int) -> None:
+        self.target = node_ip
+        self.bundle = bundle
+
+
+class RayKernelHandle(RemoteKernelHandle):
+    """A kernel started by a relay actor, reached at its node's address."""
+
+    def _lost_description(self) -> str:
+        return (f"its Ray node {self.host} or its relay actor is gone (node lost, or the actor was "
+                "killed); the worker's agent channel closed")
+
+
+class _Relay:
+    """One bundle's relay actor and where to reach it."""
+
+    def __init__(self, actor: Any, where: dict[str, Any], node_ip: str) -> None:
+        self.actor = actor
+        self.where = where
+        self.node_ip = node_ip
+
+
+class RayLauncher:
+    """Starts worker kernels in a Ray placement group (see the module docstring)."""
+
+    def __init__(self, address: str, *, workers: int = 2, cpus_per_worker: int | None = None,
+                 gpus_per_worker: int | None = None, strategy: str = "SPREAD", python: str | None = None,
+                 require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
+                 cwd: str | None = None) -> None:
+        self.address = address
+        self.workers = workers
+        self.cpus = cpus_per_worker or DEFAULT_CPUS_PER_WORKER
+        self.gpus = gpus_per_worker
+        self.strategy = strategy
+        self.python = python
+        self.require = tuple(require)
+        self.startup_timeout = startup_timeout
+        self.cwd = cwd or os.getcwd()
+        self.session = RaySession(address)  # Ray missing: a ConfigError now, before anything starts
+        self._token = secrets.token_hex(node_relay.TOKEN_CHARS // 2)
+        self._placement: Placement | None = None
+        self._relays: list[_Relay] = []
+        self._holders: list[RelayAgent] = []
+        self._handles: list[RayKernelHandle] = []
+        self._placing = asyncio.Lock()
+        self._aborted = False
+
+    @classmethod
+    def from_spec(cls, spec: ClusterSpec) -> RayLauncher:
+        assert spec.ray is not None
+        return cls(spec.ray.strip(), workers=spec.workers, cpus_per_worker=spec.cpus_per_worker,
+                   gpus_per_worker=spec.gpus_per_worker, strategy=spec.ray_strategy, python=spec.python,
+                   startup_timeout=spec.startup_timeout)
+
+    def abort_start(self) -> None:
+        """Ctrl-C during a start: a wait for Ray's placement ends now."""
+        self._aborted = True
+
+    @property
+    def node_ips(self) -> list[str]:
+        """The node address of each worker's bundle, in bundle order ([] before the first start)."""
+        return [r.node_ip for r in self._relays]
+
+    async def _place(self) -> list[_Relay]:
+        """Connect, reserve the placement group and start one relay per bundle (once)."""
+        async with self._placing:
+            if self._relays:
+                return self._relays
+            self._aborted = False
+            await self.session.connect(self.startup_timeout)
+            placement = Placement(self.session, self.workers, self.cpus, self.gpus, self.strategy)
+            self._placement = placement
+            await placement.reserve(self.startup_timeout, lambda: self._aborted)
+            ray = self.session.ray
+            ray.cloudpickle.register_pickle_by_value(node_relay)  # the nodes need no mwnotebook
+            relay_class = ray.remote(node_relay.NodeRelay)
+            actors = [relay_class.options(
+                num_cpus=self.cpus, num_gpus=self.gpus or 0, max_concurrency=32, max_restarts=0,
+                scheduling_strategy=placement.scheduling(i),
+            ).remote(ip, self._token, BOOTSTRAP, self.python) for i, ip in enumerate(placement.node_ips)]
+            try:
+                wheres = await asyncio.gather(*(self.session.get(a.where.remote(), RELAY_CALL_SECONDS)
+                                                for a in actors))
+            except Exception as exc:
+                for actor in actors:
+                    ray.kill(actor)
+                await placement.remove()
+                raise ClusterStartError(f"the relay actors did not start on the Ray cluster: "
+                                        f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            self._relays = [_Relay(a, w, ip) for a, w, ip in zip(actors, wheres, placement.node_ips)]
+            log.info("Ray placement group ready: bundles on %s", placement.node_ips)
+            return self._relays
+
+    async def _agent(self, index: int) -> RelayAgent:
+        relay = self._relays[index]
+        try:
+            return await RelayAgent.start(relay.where, self._token, relay.actor, relay.node_ip, self.session.wrap)
+        except ConnectionError as exc:
+            raise ClusterStartError(str(exc), worker=index, host=relay.node_ip) from None
+
+    async def _first_event(self, agent: RelayAgent, index: int, timeout: float) -> AgentEvent:
+        python = self.python or str(self._relays[index].where.get("python", "python3"))
+        try:
+            event = await asyncio.wait_for(agent.next_event(), timeout)
+        except asyncio.TimeoutError:
+            await agent.close()
+            raise ClusterStartError(f"{agent.host}: no answer from the agent within {timeout:.0f} s",
+                                    worker=index, host=agent.host) from None
+        if event is None:
+            reason = await agent.why_it_ended(python)
+            await agent.close()
+            raise ClusterStartError(f"{agent.host}: {reason}", worker=index, host=agent.host)
+        if event.get("event") == "error":
+            await agent.close()
+            raise ClusterStartError(f"{agent.host}: {agent_error(event, python)}", worker=index, host=agent.host)
+        return event
+
+    async def tf_addresses(self, count: int) -> list[str]:
+        """Place the bundles, then hold one TF port per worker on its bundle's node."""
+        if count != self.workers:
+            raise ConfigError(f"{count} workers requested but the launcher was made for {self.workers}")
+        relays = await self._place()
+        await self._release_ports()
+        addresses = [""] * count
+
+        async def reserve(index: int) -> None:
+            agent = await self._agent(index)
+            self._holders.append(agent)
+            agent.configure({"role": "ports", "count": 1, "require": list(self.require)})
+            event = await self._first_event(agent, index, self.startup_timeout)
+            addresses[index] = format_address(relays[index].node_ip, int(event["ports"][0]))
+
+        await gather_port_holders((reserve(i) for i in range(count)), self._release_ports)
+        log.info("TensorFlow addresses: %s", addresses)
+        return addresses
+
+    def _kernel_env(self, index: int, env: Mapping[str, str]) -> dict[str, str]:
+        out = dict(env)
+        for name in THREAD_ENV:
+            out.setdefault(name, str(self.cpus))
+        gpus = self._relays[index].where.get("gpus")
+        if self.gpus and gpus is not None:
+            out["CUDA_VISIBLE_DEVICES"] = str(gpus)  # the GPUs Ray gave this bundle
+        return out
+
+    async def start(self, index: int, env: Mapping[str, str]) -> RayKernelHandle:
+        relays = await self._place()
+        if not 0 <= index < len(relays):
+            raise ConfigError(f"worker {index} has no bundle in the placement group ({len(relays)} bundles)")
+        node_ip = relays[index].node_ip
+        key = secrets.token_hex(16)
+        agent = await self._agent(index)
+        try:
+            agent.configure({
+                "role": "kernel", "key": key, "signature_scheme": "hmac-sha256", "ip": node_ip,
+                "env": self._kernel_env(index, env), "require": list(self.require), "cwd": self.cwd,
+                "timeout": self.startup_timeout,
+            })
+            event = await self._first_event(agent, index, self.startup_timeout + 5)
+            if event.get("event") != "ready":
+                raise ClusterStartError(f"{node_ip}: unexpected agent reply {event.get('event')!r}",
+                                        worker=index, host=node_ip)
+        except BaseException:
+            await agent.close()
+            raise
+        info: dict[str, Any] = {"ip": node_ip, "transport": "tcp", "key": key,
+                                "signature_scheme": "hmac-sha256", "kernel_name": ""}
+        for name in _CHANNELS:
+            info[name] = int(event["ports"][name])
+        handle = RayKernelHandle(index, _BundlePlace(node_ip, index), agent, int(event["pid"]), [], info)
+        handle.remote_dir = str(event.get("dir", ""))
+        self._handles = [h for h in self._handles if not h.ended] + [handle]
+        log.info("worker %d: kernel pid %s on Ray node %s (bundle %d)", index, handle.pid, node_ip, index)
+        return handle
+
+    async def _release_ports(self) -> None:
+        holders, self._holders = self._holders, []
+        await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Kill every kernel, release the ports, end the relays and remove the placement group."""
+        handles, self._handles = self._handles, []
+        await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
+        await self._release_ports()
+        relays, self._relays = self._relays, []
+        ray = self.session.ray
+        if relays and ray.is_initialized():
+            stops = [self.session.get(r.actor.stop.remote(), 10) for r in relays]
+            await asyncio.gather(*stops, return_exceptions=True)
+            for relay in relays:
+                try:
+                    ray.kill(relay.actor)
+                except Exception:  # already gone with its node
+                    log.debug("ray.kill of a relay failed", exc_info=True)
+        placement, self._placement = self._placement, None
+        if placement is not None:
+            await placement.remove()
+        await self.session.close()

@@ -1,0 +1,209 @@
+"""The notebook's connection to a Ray cluster and the workers' placement group, each step bounded
+and each failure a sentence naming what to do (issue 36's bad inputs): Ray not installed, an
+address nobody answers at, mismatched Ray or Python versions, a placement group that cannot or
+does not become ready. Ray's calls block, so they run in threads (:func:`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from mwnotebook.errors import ClusterStartError, ConfigError
+
+__all__ = ["Placement", "RaySession", "import_ray"]
+
+log = logging.getLogger(__name__)
+
+#: How long the head's port may take to accept a TCP connection before the address counts as unreachable.
+REACH_SECONDS = 5.0
+#: How often a waiting placement group is looked at again (an abort is noticed this fast).
+PLACEMENT_POLL_SECONDS = 0.5
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a :class:`ConfigError` saying how to install it."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise ConfigError(f"--ray needs Ray in the notebook's environment ({exc}): "
+                          "pip install 'mwnotebook[ray]', the same Ray version as the cluster's") from None
+
+
+def head_endpoint(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of the head for a ``HOST:PORT`` or ``ray://HOST:PORT`` address; None for auto."""
+    if address == "auto":
+        return None
+    parts = urlsplit(address if "://" in address else f"gcs://{address}")
+    if parts.hostname is None or parts.port is None:
+        return None
+    return parts.hostname, parts.port
+
+
+def check_reachable(address: str) -> None:
+    """A :class:`ClusterStartError` within :data:`REACH_SECONDS` when nothing listens at the head's
+    address (``ray.init`` itself retries for a minute or more)."""
+    endpoint = head_endpoint(address)
+    if endpoint is None:
+        return
+    try:
+        socket.create_connection(endpoint, timeout=REACH_SECONDS).close()
+    except OSError as exc:
+        raise ClusterStartError(f"--ray {address}: nothing answers at {endpoint[0]}:{endpoint[1]} ({exc}); "
+                                "is the Ray head running (ray start --head) and is this its address "
+                                "(the GCS port, 6379 by default, or ray://HOST:10001 for Ray Client)?") from None
+
+
+def init_error(address: str, exc: BaseException) -> ClusterStartError:
+    """``ray.init``'s failure as a sentence a user can act on."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if "version mismatch" in text.lower() or "python version" in text.lower() or "ray version" in text.lower():
+        return ClusterStartError(f"--ray {address}: the notebook's Ray or Python version differs from the "
+                                 f"cluster's: {first}. Install the cluster's Ray version (pip install "
+                                 "'ray==X.Y.Z') in the notebook's environment, under the same Python minor "
+                                 "version as the cluster's nodes")
+    hint = ("; when the notebook is not on a node of the cluster, connect through Ray Client: "
+            "--ray ray://HEAD_HOST:10001" if not address.startswith("ray://") else "")
+    return ClusterStartError(f"--ray {address}: could not connect to the Ray cluster: {first}{hint}. "
+                             "The head's own log says more: session_latest/logs/gcs_server.out and "
+                             "raylet.out under the head's Ray temp directory (/tmp/ray by default)")
+
+
+class RaySession:
+    """``ray.init`` for this notebook, once; shut down at :meth:`close` only if it was ours (a
+    notebook that connected to Ray itself keeps its connection)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.ray = import_ray()
+        self._ours = False
+
+    async def connect(self, timeout: float) -> None:
+        if self.ray.is_initialized():
+            return
+        await asyncio.to_thread(check_reachable, self.address)
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._init), timeout)
+        except asyncio.TimeoutError:
+            raise ClusterStartError(f"--ray {self.address}: no connection to the Ray cluster within "
+                                    f"{timeout:.0f} s; see the head's session_latest/logs/gcs_server.out") from None
+        except ClusterStartError:
+            raise
+        except Exception as exc:
+            raise init_error(self.address, exc) from None
+        log.info("connected to Ray at %s in %.1f s", self.address, time.monotonic() - started)
+
+    def _init(self) -> None:
+        self.ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
+                      configure_logging=False)
+        self._ours = True
+
+    def wrap(self, ref: Any) -> asyncio.Future[Any]:
+        """A Ray ObjectRef as a future of the running loop."""
+        return asyncio.wrap_future(ref.future())
+
+    async def get(self, ref: Any, timeout: float) -> Any:
+        return await asyncio.wait_for(self.wrap(ref), timeout)
+
+    async def close(self) -> None:
+        if self._ours and self.ray.is_initialized():
+            await asyncio.to_thread(self.ray.shutdown)
+        self._ours = False
+
+
+def _fmt(resources: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(resources.items()) if k in ("CPU", "GPU")) or "no CPUs"
+
+
+class Placement:
+    """One placement group of ``count`` bundles (CPUs, GPUs each), ready or removed."""
+
+    def __init__(self, session: RaySession, count: int, cpus: int, gpus: int | None, strategy: str) -> None:
+        self.session = session
+        self.count = count
+        self.bundle: dict[str, float] = {"CPU": float(cpus)}
+        if gpus:
+            self.bundle["GPU"] = float(gpus)
+        self.strategy = strategy
+        self.group: Any = None
+        #: The address of the node that holds each bundle, in bundle order.
+        self.node_ips: list[str] = []
+
+    def _what(self) -> str:
+        return f"{self.count} bundles of {_fmt(self.bundle)} ({self.strategy})"
+
+    def _check_feasible(self) -> None:
+        """Fail at once when the cluster as a whole could never hold the bundles."""
+        ray = self.session.ray
+        total = ray.cluster_resources()
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        for name, amount in self.bundle.items():
+            if total.get(name, 0) < amount * self.count or not any(n.get(name, 0) >= amount for n in nodes):
+                raise ClusterStartError(
+                    f"the Ray cluster cannot hold {self._what()}: it has {_fmt(total)} in all "
+                    f"({', '.join(_fmt(n) for n in nodes)} per node). Use fewer --workers or "
+                    "--cpus-per-worker, or add nodes")
+        if self.strategy == "STRICT_SPREAD":
+            fit = sum(1 for n in nodes if all(n.get(k, 0) >= v for k, v in self.bundle.items()))
+            if fit < self.count:
+                raise ClusterStartError(f"--ray-strategy STRICT_SPREAD needs {self.count} nodes that each "
+                                        f"hold a bundle of {_fmt(self.bundle)}; the cluster has {fit}")
+
+    async def reserve(self, timeout: float, aborted: Callable[[], bool]) -> None:
+        """Create the group and wait until it is ready: bounded by ``timeout``; removed on failure."""
+        ray = self.session.ray
+        from ray.util.placement_group import placement_group
+
+        await asyncio.to_thread(self._check_feasible)
+        self.group = await asyncio.to_thread(placement_group, [dict(self.bundle)] * self.count,
+                                             strategy=self.strategy, name="")
+        ready = self.session.wrap(self.group.ready())
+        deadline = time.monotonic() + timeout
+        try:
+            while not ready.done():
+                if aborted():
+                    raise ClusterStartError("the start was interrupted while Ray placed the workers")
+                if time.monotonic() > deadline:
+                    free = await asyncio.to_thread(ray.available_resources)
+                    raise ClusterStartError(
+                        f"Ray did not place {self._what()} within {timeout:.0f} s: the cluster has "
+                        f"{_fmt(free)} free now (other jobs hold the rest?). Free resources, use fewer "
+                        "--workers or --cpus-per-worker, or raise --timeout")
+                await asyncio.wait({ready}, timeout=PLACEMENT_POLL_SECONDS)
+            ready.result()
+            self.node_ips = await asyncio.to_thread(self._node_ips)
+        except BaseException:
+            ready.cancel()
+            await self.remove()
+            raise
+
+    def _node_ips(self) -> list[str]:
+        from ray.util import placement_group_table
+
+        ray = self.session.ray
+        table = placement_group_table(self.group)
+        by_id = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+        return [by_id[table["bundles_to_node_id"][i]] for i in range(self.count)]
+
+    def scheduling(self, index: int) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(placement_group=self.group, placement_group_bundle_index=index)
+
+    async def remove(self) -> None:
+        group, self.group = self.group, None
+        if group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            try:
+                await asyncio.to_thread(remove_placement_group, group)
+            except Exception:  # the cluster is gone: so is the group
+                log.debug("removing the placement group failed", exc_info=True)
