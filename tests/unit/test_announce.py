@@ -1,5 +1,5 @@
 """``%%mwtrain``'s first announcement of a cluster (frontend/notebook/magics.py ``announce``)
-takes the addresses from the cluster and where the workers run from the spec."""
+takes the addresses and the workers' hosts from the cluster, and where the workers run from the spec."""
 
 from __future__ import annotations
 
@@ -11,9 +11,14 @@ from mwnotebook import ClusterSpec
 from mwnotebook.frontend.notebook import magics
 
 
-class _Info:
+class _Handle:
     def __init__(self, host: str) -> None:
         self.host = host
+
+
+class _Worker:
+    def __init__(self, host: str) -> None:
+        self.handle = _Handle(host)
 
 
 class _Cluster:
@@ -25,8 +30,12 @@ class _Cluster:
         self.tf_configs = [{"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}}
                            for i in range(len(addresses))]
 
-    def status(self) -> list[_Info]:
-        return [_Info(a.rpartition(":")[0]) for a in self.addresses]
+    @property
+    def workers(self) -> tuple[_Worker, ...]:
+        return tuple(_Worker(a.rpartition(":")[0]) for a in self.addresses)
+
+    def status(self) -> list[Any]:
+        raise AssertionError("announce asks the workers nothing: the cluster already knows their hosts")
 
 
 @pytest.mark.parametrize("spec, where", [(ClusterSpec(workers=2), "this machine"),
@@ -42,3 +51,5 @@ def test_the_notice_names_the_ports_and_where_they_are(spec: ClusterSpec, where:
     notice = capsys.readouterr().err
     assert "2222, 3333" in notice and where in notice, notice
     assert len(shown) == 1
+    table = shown[0]["text/plain"]
+    assert "n1" in table and "n2" in table, table

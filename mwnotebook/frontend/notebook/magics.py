@@ -132,24 +132,23 @@ class NotebookSession:
             self.cluster = None
 
     def announce(self, cluster: Cluster) -> None:
-        """Show each worker's TF_CONFIG once per cluster, and the gRPC security notice once per session."""
+        """Show each worker's TF_CONFIG once per cluster, and the gRPC security notice once per session.
+
+        Reads what the started cluster holds: its kernels' TF_CONFIGs and hosts, and the addresses
+        its launcher placed every task on (no status round trip to the workers)."""
         if self._announced is cluster:
             return
         self._announced = cluster
-        publish_display_data(tf_config_bundle(cluster.tf_configs, _hosts_of(cluster)))
+        hosts = [worker.handle.host for worker in cluster.workers]
+        publish_display_data(tf_config_bundle(cluster.tf_configs, hosts))
         if not self._security_notice_shown:
             self._security_notice_shown = True
             spec = cluster.spec
             # every task's port (chief, workers, parameter servers), not only the cell kernels'
-            addresses = [a for c in cluster.tf_configs[:1] for group in c["cluster"].values() for a in group]
             # A warning goes to stderr; the all-clear of a private namespace is plain information.
-            print(security_notice(addresses, cluster.network_isolated,
+            print(security_notice(cluster.addresses, cluster.network_isolated,
                                   remote=bool(spec.hosts) or spec.uses_slurm),
                   file=sys.stdout if cluster.network_isolated else sys.stderr)
-
-
-def _hosts_of(cluster: Cluster) -> list[str]:
-    return [info.host for info in cluster.status()]
 
 
 def _fan_out(*sinks: EventSink) -> EventSink:
