@@ -1,4 +1,4 @@
-"""The "Done when" numbers of the third redesign step (issue 31) for a checkout or a git revision.
+"""The "Done when" numbers of the third redesign step for a checkout or a git revision.
 
     python3 tools/redesign_metrics.py [PATH_OR_REVISION] [--json]
 
@@ -19,7 +19,7 @@ counts, nothing imported from the measured checkout):
 * upward imports: the import graph and layer order of *this* checkout's
   tests/unit/test_import_graph.py (``import_graph``, ``layer_of``) applied to the measured package,
   so that before and after are judged by the same layers; the public re-export module
-  ``mwnotebook/dashboard.py`` counts as above ``frontend/`` (issue 31), so a front end importing it
+  ``mwnotebook/dashboard.py`` counts as above ``frontend/`` (the redesign's rule), so a front end importing it
   points upward;
 * top-level scripts in ``benchmarks/`` (``.py`` files directly in it, ``__init__.py`` not counted),
   the length of ``benchmarks/README.md``, and ``sys.path`` edits anywhere under ``benchmarks/``
@@ -154,7 +154,7 @@ def _import_graph_test() -> ModuleType:
     return module
 
 
-#: Public re-export modules at the package's top that issue 31 places above ``frontend/``: the
+#: Public re-export modules at the package's top that the redesign places above ``frontend/``: the
 #: front ends must not import them (they import what these re-export).
 PUBLIC_REEXPORTS = ("mwnotebook.dashboard",)
 
