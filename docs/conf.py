@@ -49,6 +49,9 @@ nb_mime_priority_overrides = [
     ("html", "application/vnd.plotly.v1+json", None),
 ]
 nb_merge_streams = True
+# No ipywidgets loader from a CDN on lesson pages: a saved lesson holds no widget (the chart's end state is
+# the picture above), and the pages must work offline.
+nb_ipywidgets_js: dict[str, dict[str, str]] = {}
 
 # autodoc: the public API, with signatures from the code and types in the description.
 autodoc_typehints = "description"
@@ -75,6 +78,7 @@ html_static_path = ["_static"]
 html_css_files = ["mw.css"]
 html_theme_options = {
     "navigation_with_keys": False,
+    "header_links_before_dropdown": 5,
     "show_toc_level": 2,
     "footer_start": ["copyright"],
     "footer_end": [],
