@@ -347,7 +347,7 @@ def test_ps_and_worker_ports_are_unreachable_from_another_host(peer_host):
     with Cluster(workers=1, ps=1, cpu=True, network="private") as cluster:
         cluster.start()
         assert cluster.network_isolated
-        ports = [int(a.rsplit(":", 1)[1]) for a in cluster._core.addresses]
+        ports = [int(a.rsplit(":", 1)[1]) for a in cluster.addresses]
         # inside the namespace the servers listen (the coordinator checks worker-0 and ps-0)
         probe = ("import socket\n" + "".join(
             f"socket.create_connection(('127.0.0.1', {p}), timeout=5).close()\n" for p in ports[1:]) + "print('ok')")

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Literal
 
@@ -93,10 +92,6 @@ class TaskServers:
         self.servers: dict[Task, Worker] = {}
         #: ``(task, how it ended)`` of the first parameter server lost since :meth:`start`.
         self.lost_ps: tuple[Task, str] | None = None
-        #: How many worker servers were restarted after they were lost (for the status and tests).
-        self.restarts = 0
-        #: Seconds from noticing the last lost worker server to its replacement serving.
-        self.last_recovery: float | None = None
         self._watch: asyncio.Future[None] | None = None
         self._slots = {task: SLOT_BASE + i for i, task in enumerate(self._envs)}
         #: Each server's state for the status view: starting, serving, restarting, lost, stopped.
@@ -154,13 +149,10 @@ class TaskServers:
                             self._on_lost_ps()
                     continue
                 log.warning("worker server %s was lost (%s); restarting it on its address", task.name, how)
-                noticed = time.monotonic()
                 try:
                     self.servers[task] = await self._start_one(task)
                     self.states[task] = "serving"
-                    self.restarts += 1
                     self.restarts_of[task] += 1
-                    self.last_recovery = time.monotonic() - noticed
                 except Exception:
                     self.states[task] = "lost"
                     log.exception("could not restart %s", task.name)
