@@ -9,6 +9,8 @@ share a session fixture or a machine-wide resource go to the same process, one a
 * tests/slurm: the session's Slurm test cluster (tests/slurm/conftest.py). Both make network
   namespaces on a free ``10.213.N.0/24`` subnet, named after their process, and take the subnet
   under a lock (tests/_shared/netns_hosts.py), so the two groups may run at the same time;
+* tests/ray: the session's Ray test cluster (tests/ray/conftest.py: a head and two nodes on
+  fixed loopback addresses and ports);
 * the peer "other machine" namespace with its fixed addresses (tests/integration/
   test_network_isolation.py, reused by tests/tf/test_ps_roles.py).
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 
 #: Directories whose modules share a session fixture: one group each.
-SHARED_DIRS = ("remote", "slurm")
+SHARED_DIRS = ("remote", "slurm", "ray")
 #: The modules that make the peer host with its fixed addresses.
 PEER_HOST = "peer-host"
 _PEER_HOST_MODULES = ("integration/test_network_isolation.py", "tf/test_ps_roles.py")

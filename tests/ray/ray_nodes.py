@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,12 +37,29 @@ from pathlib import Path
 import psutil
 
 RAY = str(Path(sys.executable).with_name("ray")) if Path(sys.executable).with_name("ray").exists() else "ray"
-#: Each node's fixed ports: BASE + 100 * node + offset (node 0 the head).
-BASE_PORT = 46300
+#: Each node's fixed ports: base + 100 * node + offset (node 0 the head), the base the first of
+#: these whose ports are all free (a cluster another test run left keeps its own).
+BASE_PORTS = range(46300, 56300, 1000)
 START_ATTEMPTS = 3
 START_TIMEOUT = 180.0
 #: Object store per node: small, the tests put nothing there (Ray's minimum is 75 MiB).
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_base(nodes: int) -> int:
+    for base in BASE_PORTS:
+        if all(_free(base + 100 * n + k) for n in range(nodes) for k in (0, 1, 2, 3, 4, 5, 6, 7)):
+            return base
+    raise RuntimeError(f"no free port range for the Ray test nodes in {BASE_PORTS}")
 
 
 @dataclass
@@ -49,10 +67,11 @@ class RayNode:
     ip: str
     index: int
     cpus: int
+    base_port: int
     raylet_pid: int = 0
 
     def ports(self) -> list[str]:
-        base = BASE_PORT + 100 * self.index
+        base = self.base_port + 100 * self.index
         return [f"--node-manager-port={base + 1}", f"--object-manager-port={base + 2}",
                 f"--dashboard-agent-listen-port={base + 3}", f"--dashboard-agent-grpc-port={base + 4}",
                 f"--runtime-env-agent-port={base + 5}", f"--metrics-export-port={base + 6}",
@@ -176,7 +195,7 @@ class _ListenPortFile:
         self.thread.start()
 
     def _run(self) -> None:
-        port = str(BASE_PORT + 100 * self.node.index + 3)
+        port = str(self.node.base_port + 100 * self.node.index + 3)
         while not self.done.wait(0.1):
             for proc in psutil.process_iter(["cmdline"]):
                 cmd = proc.info["cmdline"] or []
@@ -237,17 +256,18 @@ def create(worker_cpus: tuple[int, ...] = (2, 2)) -> RayTestCluster:
     """A head on 127.0.0.1 (Ray names it by this machine's address) and one worker node per entry
     of ``worker_cpus`` on 127.0.0.2, 127.0.0.3, ..., started one after the other."""
     temp_dir = Path(tempfile.mkdtemp(prefix="mwray-", dir="/tmp"))
-    head = RayNode("127.0.0.1", 0, 0)
-    workers = [RayNode(f"127.0.0.{i + 2}", i + 1, cpus) for i, cpus in enumerate(worker_cpus)]
+    base = free_base(len(worker_cpus) + 1)
+    head = RayNode("127.0.0.1", 0, 0, base)
+    workers = [RayNode(f"127.0.0.{i + 2}", i + 1, cpus, base) for i, cpus in enumerate(worker_cpus)]
     cluster = RayTestCluster(temp_dir, head, workers)
     try:
-        _start_node(cluster, head, ["--head", f"--port={BASE_PORT}", "--include-dashboard=false",
-                                    f"--temp-dir={temp_dir}", f"--ray-client-server-port={BASE_PORT + 7}"])
+        _start_node(cluster, head, ["--head", f"--port={base}", "--include-dashboard=false",
+                                    f"--temp-dir={temp_dir}", f"--ray-client-server-port={base + 7}"])
         from ray._private.services import get_node_ip_address
 
         head.ip = get_node_ip_address()  # Ray replaces 127.0.0.1 by the machine's own address
         head.raylet_pid = _raylet_pid(temp_dir, head.ip)
-        cluster.address = f"{head.ip}:{BASE_PORT}"
+        cluster.address = f"{head.ip}:{base}"
         for node in workers:
             cluster.start_worker(node)
     except BaseException:

@@ -1,0 +1,42 @@
+"""One real Ray cluster (a head and two worker nodes on loopback addresses, ray_nodes.py) for the
+whole tier: the modules of tests/ray run on one xdist process (tests/_shared/run_groups.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.ray import ray_nodes
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[ray_nodes.RayTestCluster]:
+    reason = ray_nodes.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    started = time.monotonic()
+    cluster = ray_nodes.create()
+    print(f"Ray test cluster at {cluster.address} up in {time.monotonic() - started:.1f} s: {cluster.log}; "
+          f"its processes' PSS {cluster.rss_mib():.0f} MiB")
+    old = os.environ.get("RAY_USAGE_STATS_ENABLED")
+    os.environ.update(cluster.env())
+    try:
+        yield cluster
+    finally:
+        if old is None:
+            os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
+        cluster.destroy()
+
+
+@pytest.fixture
+def ray_env(ray_cluster: ray_nodes.RayTestCluster) -> Iterator[ray_nodes.RayTestCluster]:
+    """The cluster, and afterwards the check that no relay actor of ours is left on it."""
+    yield ray_cluster
+    deadline = time.monotonic() + 30
+    while ray_cluster.actor_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = ray_cluster.actor_pids()
+    assert not left, f"relay actors left on the Ray test cluster: {left}"

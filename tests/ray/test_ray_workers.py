@@ -1,0 +1,190 @@
+"""Workers on a real Ray cluster (ray_nodes.py: a head and two worker nodes on 127.0.0.2 and
+127.0.0.3): the seed through ``mwnotebook run --ray``, the workers on distinct nodes, the bad inputs,
+a notebook process SIGKILLed, and last a node killed mid-training (the node is started again after).
+``ray_env`` checks after each test that no relay actor is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mwnotebook import Cluster, ClusterRunError, ClusterStartError
+from mwnotebook.shared.events import Event, WorkerOutput
+from tests._shared.processes import running
+from tests._shared.seed_cell import SEED_CELL, expected_line
+from tests.ray import ray_nodes
+
+pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: A long MultiWorkerMirroredStrategy loop: every step is an all-reduce across both nodes.
+LONG_RUN = """
+import time
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+@tf.function
+def step():
+    return strategy.reduce(tf.distribute.ReduceOp.SUM,
+                           strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+step()
+print("training", flush=True)
+for _ in range(100000):
+    step()
+    time.sleep(0.01)
+"""
+
+
+def placement_groups(address: str) -> list[str]:
+    """The states of the cluster's placement groups, asked by a driver of its own."""
+    code = (f"import json, ray; ray.init(address={address!r}, log_to_driver=False);"
+            "from ray.util import placement_group_table;"
+            "print(json.dumps([g['state'] for g in placement_group_table().values()]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def wait_until(check: object, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.2)
+    return bool(check())  # type: ignore[operator]
+
+
+def test_the_seed_through_mwnotebook_run_with_ray(ray_env: ray_nodes.RayTestCluster, tmp_path: Path) -> None:
+    """The option as a user types it: each worker prints the seed's exact line, labelled."""
+    script = tmp_path / "seed.py"
+    script.write_text(SEED_CELL)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "mwnotebook.frontend.cli.command", "run", "--ray", ray_env.address, "--cpu",
+         "--no-report", str(script)],
+        cwd=tmp_path, env={**os.environ, **ray_env.env()}, capture_output=True, text=True, timeout=500)
+    print(f"mwnotebook run --ray: {time.monotonic() - started:.1f} s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    for i in range(2):
+        assert f"[worker {i}] {expected_line(i)}" in lines, done.stdout[-3000:]
+
+
+def test_workers_on_distinct_nodes_and_nothing_left_after_stop(ray_env: ray_nodes.RayTestCluster) -> None:
+    with Cluster(ray=ray_env.address, cpu=True) as cluster:
+        cluster.start()
+        workers = cluster.tf_configs[0]["cluster"]["worker"]
+        assert sorted(w.rsplit(":", 1)[0] for w in workers) == ["127.0.0.2", "127.0.0.3"], workers
+        result = cluster.run("import os, json\n"
+                             "print(os.environ['OMP_NUM_THREADS'], json.loads(os.environ['TF_CONFIG'])['task']['index'])")
+        for i in range(2):
+            assert result.stdout(i).split() == ["1", str(i)], result.stdout(i)
+        pids = [s.pid for s in cluster.status()]
+        assert len(ray_env.actor_pids()) == 2
+    assert all(pid is not None and wait_until(lambda p=pid: not running(p), 15) for pid in pids), pids
+    assert wait_until(lambda: not ray_env.actor_pids(), 30), ray_env.actor_pids()
+    assert all(state == "REMOVED" for state in placement_groups(ray_env.address))
+
+
+def test_an_unreachable_address_fails_at_once(ray_env: ray_nodes.RayTestCluster) -> None:
+    started = time.monotonic()
+    with pytest.raises(ClusterStartError, match=r"nothing answers at 127\.0\.0\.1:1 .*ray start --head"):
+        with Cluster(ray="127.0.0.1:1", cpu=True) as cluster:
+            cluster.start()
+    print(f"unreachable address: the error after {time.monotonic() - started:.1f} s")
+
+
+def test_too_few_cpus_for_the_bundles_is_named_and_nothing_is_left(ray_env: ray_nodes.RayTestCluster) -> None:
+    # the nodes have 2 CPUs each: 3 bundles of 2 CPUs can never be placed
+    with pytest.raises(ClusterStartError, match=r"cannot hold 3 bundles of CPU 2 \(SPREAD\): it has CPU 4 in all"):
+        with Cluster(ray=ray_env.address, cpu=True, workers=3, cpus_per_worker=2) as cluster:
+            cluster.start()
+    # STRICT_SPREAD: 3 workers on 2 nodes
+    with pytest.raises(ClusterStartError, match=r"STRICT_SPREAD needs 3 nodes .* the cluster has 2"):
+        with Cluster(ray=ray_env.address, cpu=True, workers=3, ray_strategy="STRICT_SPREAD") as cluster:
+            cluster.start()
+    assert not ray_env.actor_pids()
+
+
+def test_without_ray_installed_the_error_says_what_to_install(ray_env: ray_nodes.RayTestCluster) -> None:
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["ray"] = None  # as if Ray were not installed
+        from mwnotebook import Cluster, ConfigError
+        try:
+            Cluster(ray={ray_env.address!r}, cpu=True).start()
+        except ConfigError as exc:
+            print("ConfigError:", exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "ConfigError: --ray needs Ray" in done.stdout and "pip install 'mwnotebook[ray]'" in done.stdout, \
+        done.stdout + done.stderr[-2000:]
+
+
+def test_a_sigkilled_notebook_process_leaves_no_actor_agent_or_kernel(ray_env: ray_nodes.RayTestCluster) -> None:
+    code = textwrap.dedent(f"""
+        import time
+        from mwnotebook import Cluster
+        cluster = Cluster(ray={ray_env.address!r}, cpu=True)
+        cluster.start()
+        print("PIDS", *[s.pid for s in cluster.status()], flush=True)
+        time.sleep(600)
+    """)
+    notebook = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, **ray_env.env()})
+    try:
+        line = ""
+        assert notebook.stdout is not None
+        while not line.startswith("PIDS"):
+            line = notebook.stdout.readline()
+            assert line, "the notebook process ended before its workers started"
+        kernels = [int(p) for p in line.split()[1:]]
+        assert len(ray_env.actor_pids()) == 2 and all(running(p) for p in kernels)
+        agents = {p.pid for k in kernels for p in psutil.Process(k).parents()
+                  if "mwnotebook-remote-agent" in " ".join(p.cmdline())}
+        killed = time.monotonic()
+        notebook.send_signal(signal.SIGKILL)
+        notebook.wait(10)
+        assert wait_until(lambda: not ray_env.actor_pids() and not any(running(p) for p in [*kernels, *agents]), 60), \
+            (ray_env.actor_pids(), [p for p in kernels if running(p)])
+        print(f"notebook SIGKILL: actors, agents and kernels gone after {time.monotonic() - killed:.1f} s")
+    finally:
+        if notebook.poll() is None:
+            notebook.kill()
+    assert all(state == "REMOVED" for state in placement_groups(ray_env.address))
+
+
+def test_a_node_killed_mid_training_fails_the_cell_fast(ray_env: ray_nodes.RayTestCluster) -> None:
+    """Last in the module: the node is started again afterwards, under a new node id."""
+    victim = ray_env.workers[1]
+    killed: list[float] = []
+    try:
+        with Cluster(ray=ray_env.address, cpu=True) as cluster:
+            cluster.start()
+            worker = [w.rsplit(":", 1)[0] for w in cluster.tf_configs[0]["cluster"]["worker"]].index(victim.ip)
+
+            def kill_once_training(event: Event) -> None:
+                if (isinstance(event, WorkerOutput) and event.worker == worker and not killed
+                        and "training" in event.content.get("text", "")):
+                    ray_env.kill_node(victim)
+                    killed.append(time.monotonic())
+
+            with pytest.raises(ClusterRunError) as info:
+                cluster.run(LONG_RUN, on_event=kill_once_training, timeout=300)
+            assert killed, "the worker never reached the training loop"
+            print(f"node killed: the cell's error after {time.monotonic() - killed[0]:.1f} s")
+            assert info.value.failures[0].worker == worker, info.value.failures
+            assert info.value.failures[0].kind == "died", info.value.failures
+    finally:
+        ray_env.start_worker(victim)
