@@ -128,12 +128,22 @@ def text_thumbnail(nb: nbformat.NotebookNode) -> str:
 
 
 def title_and_blurb(nb: nbformat.NotebookNode) -> tuple[str, str]:
+    """The lesson's first heading, and the opening of its first paragraph (whole sentences, ~80+ characters)."""
     first = next(c for c in nb.cells if c.cell_type == "markdown")
-    lines = first.source.splitlines()
-    title = re.sub(r"^#+\s*", "", lines[0]).strip()
-    rest = " ".join(line.strip() for line in lines[1:] if line.strip()).strip()
-    paragraph = re.split(r"(?<=[.:])\s", rest, maxsplit=1)[0] if rest else ""
-    return title, textwrap.shorten(paragraph, 160, placeholder=" ...")
+    title, _, rest = first.source.strip().partition("\n")
+    paragraph = " ".join(rest.strip().split("\n\n", 1)[0].split())
+    blurb = ""
+    for sentence in re.split(r"(?<=[.!?:])\s+", paragraph):
+        blurb = f"{blurb} {sentence}".strip()
+        if len(blurb) >= 80 and not blurb.endswith(":"):
+            break
+    if len(blurb) > 240:
+        blurb = textwrap.shorten(blurb, 240, placeholder=" ...")
+        if blurb.count("`") % 2:  # never leave a code span open
+            blurb = blurb[: blurb.rindex("`")].rstrip() + " ..."
+    if blurb.endswith(":"):  # the paragraph leads into a list the card does not show
+        blurb = blurb[:-1] + "."
+    return re.sub(r"^#+\s*", "", title).strip(), blurb
 
 
 def gallery(entries: list[tuple[str, str, str]]) -> str:
