@@ -36,7 +36,9 @@ for bin in chromium sshd ssh ssh-keygen ip unshare nsenter salloc srun sbatch sq
   have "$bin" || { echo "tools/test.sh: $bin is still missing after the install above" >&2; exit 1; }
 done
 
-python3 -m pip install -q -e '.[tensorflow-cpu,test,docs]'
+# ray: tests/ray starts a real Ray cluster (a head and two nodes on loopback addresses) and runs the
+# workers on it; without Ray that tier would skip, and a skip fails CI.
+python3 -m pip install -q -e '.[tensorflow-cpu,test,docs,ray]'
 # Static checks: lint first (under a second), then types (configured in pyproject.toml) while the suite
 # runs: from a fresh clone mypy takes ~14 s of one core, and the suite's first minutes are mostly
 # waiting on kernels. A type error still fails the run; its report is printed after the suite's.
