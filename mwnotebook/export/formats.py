@@ -30,9 +30,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mwnotebook.config import worker_env as worker_setup
 from mwnotebook.config.slurm_options import split_salloc_args
-from mwnotebook.config.worker_env import worker_envs
+from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.config.worker_env import recipe_code, worker_envs
 from mwnotebook.errors import ConfigError
 from mwnotebook.export.roles import SERVE_NAME, SERVE_SOURCE, tfjob_replica_specs, uses_roles
 from mwnotebook.export.scripts import MARKER, SCRIPT_NAME, script_source
@@ -83,7 +83,7 @@ def sbatch_lines(salloc_args: Sequence[str]) -> list[str]:
     return ["#SBATCH " + " ".join(shlex.quote(a) for a in line) for line in lines]
 
 
-def _worker_env(spec: Any) -> dict[str, str]:
+def _worker_env(spec: ClusterSpec) -> dict[str, str]:
     """What every Slurm task gets; with roles, what every task has alike (export/slurm_roles.py).
     Otherwise: what every Slurm task gets: the one worker-environment rule (config/worker_env.py), less what
     differs per task and is built at run time from Slurm's variables (TF_CONFIG, the worker index)."""
@@ -99,7 +99,7 @@ def _worker_env(spec: Any) -> dict[str, str]:
     return env
 
 
-def batch_script_source(spec: Any, env: Mapping[str, str], python: str, port: int = DEFAULT_PORT) -> str:
+def batch_script_source(spec: ClusterSpec, env: Mapping[str, str], python: str, port: int = DEFAULT_PORT) -> str:
     roles = uses_roles(spec)
     what = describe(spec) if roles else f"{spec.workers} TensorFlow workers"
     header = ["#!/bin/bash", f"# {MARKER}: a %%mwtrain cell as a Slurm batch job ({what}, one Slurm task each).",
@@ -147,7 +147,7 @@ def default_image() -> str:
     return f"tensorflow/tensorflow:{_tf_version(default='latest')}"
 
 
-def tfjob_documents(spec: Any, script_text: str, env: Mapping[str, str], name: str = "mwnotebook-train",
+def tfjob_documents(spec: ClusterSpec, script_text: str, env: Mapping[str, str], name: str = "mwnotebook-train",
                     image: str | None = None) -> list[dict[str, Any]]:
     """A ConfigMap with ``train.py`` and a TFJob running it on ``spec.workers`` Worker pods."""
     name = _k8s_name(name)
@@ -211,15 +211,15 @@ def dump_yaml(documents: Sequence[Mapping[str, Any]]) -> str:
 
 # --------------------------------------------------------------------------- writing
 
-def export_format(code: str, out_dir: str | Path, spec: Any, fmt: str, *, python: str | None = None,
+def export_format(code: str, out_dir: str | Path, spec: ClusterSpec, fmt: str, *, python: str | None = None,
                   image: str | None = None) -> ExportedBatchJob:
     """Write ``code`` as a ``fmt`` job (``slurm`` or ``tfjob``) for ``spec`` into ``out_dir``."""
     if fmt not in FORMATS:
-        raise ConfigError(f"--format must be one of launchers, {', '.join(FORMATS)}; got {fmt!r}")
+        raise ConfigError(f"--format must be one of shell, {', '.join(FORMATS)}; got {fmt!r}")
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory} exists and is not a directory")
-    script_text, disabled = script_source(code, worker_setup.recipe_code(spec))
+    script_text, disabled = script_source(code, recipe_code(spec))
     where = "(set by slurm_tf_config.py in job.sbatch)" if fmt == "slurm" else "(set by the TFJob operator)"
     script_text = script_text.replace("(see worker-<i>.sh)", where)
     env = _worker_env(spec)

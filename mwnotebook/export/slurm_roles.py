@@ -12,28 +12,28 @@ Pure: builds text.
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from mwnotebook.config.roles import Task
+from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.worker_env import task_envs
 
 #: The file (in the submit directory, shared by the nodes) where a ``--ps`` job's chief leaves its exit status.
 DONE_FILE = '"$PWD/.mwnotebook-chief-${SLURM_JOB_ID:-0}.status"'
 
 
-def slurm_tasks(spec: Any) -> list[Task]:
+def slurm_tasks(spec: ClusterSpec) -> list[Task]:
     """The TensorFlow task of each Slurm rank, in rank order."""
     layout = spec.layout
     return [*layout.training_tasks(), *([Task("evaluator", 0)] if layout.evaluator else [])]
 
 
-def tasks_variable(spec: Any) -> str:
+def tasks_variable(spec: ClusterSpec) -> str:
     """``MWNOTEBOOK_TF_TASKS``: ``type:index`` per rank, ``:serve`` on the tasks that only run a server."""
     servers = set(spec.layout.server_tasks())
     return " ".join(f"{t.type}:{t.index}" + (":serve" if t in servers else "") for t in slurm_tasks(spec))
 
 
-def shared_env(spec: Any, gpu_count: int) -> dict[str, str]:
+def shared_env(spec: ClusterSpec, gpu_count: int) -> dict[str, str]:
     """The variables every task has alike (config/worker_env.py ``task_envs``, the one rule), for the
     batch script to export; what differs per task (TF_CONFIG, the worker index, a server's devices)
     is left out: the launcher builds TF_CONFIG, Slurm's ``--gpus-per-task`` binds the GPUs."""
@@ -43,7 +43,7 @@ def shared_env(spec: Any, gpu_count: int) -> dict[str, str]:
             if key not in ("TF_CONFIG", "MWNOTEBOOK_WORKER_INDEX") and all(e.get(key) == value for e in envs)}
 
 
-def roles_step(spec: Any, python: str, launcher: str, script: str, serve: str) -> list[str]:
+def roles_step(spec: ClusterSpec, python: str, launcher: str, script: str, serve: str) -> list[str]:
     """The batch script's lines from the task map to its ``exit``: one step with every task."""
     q = shlex.quote
     layout = spec.layout
@@ -67,6 +67,6 @@ def roles_step(spec: Any, python: str, launcher: str, script: str, serve: str) -
     return [*lines, 'exit "$status"', ""]
 
 
-def describe(spec: Any) -> str:
+def describe(spec: ClusterSpec) -> str:
     return ", ".join(t.name for t in slurm_tasks(spec))
 

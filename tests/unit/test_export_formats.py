@@ -129,10 +129,25 @@ def test_format_reaches_the_magic_and_the_command(tmp_path) -> None:
     from mwnotebook.frontend.notebook.magics import mwtrain_parser
 
     assert mwtrain_parser().parse_args(["--export", "d", "--format", "tfjob"]).format == "tfjob"
-    assert mwtrain_parser().parse_args(["--export", "d"]).format == "launchers"
+    assert mwtrain_parser().parse_args(["--export", "d"]).format == "shell"
+    assert mwtrain_parser().parse_args(["--export", "d", "--format", "launchers"]).format == "shell"  # its old name
     script = tmp_path / "train.py"
     script.write_text(CELL)
     assert main(["export", "--slurm", "-N 2", "--workers", "2", "--format", "slurm",
                  "--out", str(tmp_path / "job"), str(script)]) == 0
     assert "#SBATCH -N 2" in (tmp_path / "job" / "job.sbatch").read_text()
     assert not (tmp_path / "job" / "worker-0.sh").exists()
+    for name in ("shell", "launchers"):  # both reach the one entry point (export/job.py) as shell scripts
+        out = tmp_path / name
+        assert main(["export", "--workers", "2", "--format", name, "--out", str(out), str(script)]) == 0
+        assert (out / "worker-1.sh").read_text().startswith("#!")
+
+
+def test_export_job_refuses_an_unknown_format_before_writing(tmp_path) -> None:
+    from mwnotebook.config.spec import ClusterSpec
+    from mwnotebook.errors import ConfigError
+    from mwnotebook.export.job import export_job
+
+    with pytest.raises(ConfigError, match="--format must be one of shell, slurm, tfjob"):
+        export_job(CELL, tmp_path / "job", ClusterSpec(workers=2), "yaml")
+    assert not (tmp_path / "job").exists()

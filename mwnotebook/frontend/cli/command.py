@@ -22,6 +22,7 @@ from mwnotebook.config.options import add_cluster_arguments, add_restart_argumen
 from mwnotebook.errors import (
     ConfigError,
 )
+from mwnotebook.export.job import add_format_argument, export_job
 from mwnotebook.frontend.cli.run_driver import EXIT_OK, EXIT_USAGE, drive, script_preamble
 from mwnotebook.frontend.cli.run_observer import RunObserver
 from mwnotebook.frontend.cli.run_report import render_report
@@ -119,9 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", "-o", required=True, metavar="DIR", help="directory to write (created if missing)")
     export.add_argument("--ports", type=_ports, default=None, metavar="P0,P1,...",
                         help="TF port of each worker (default: free ports here; 12345 on --hosts)")
-    export.add_argument("--format", default="launchers", choices=("launchers", "slurm", "tfjob"),
-                        help="per-worker launchers (default), a Slurm batch job (job.sbatch), or a "
-                             "Kubernetes TFJob manifest (tfjob.yaml)")
+    add_format_argument(export)
     export.add_argument("script", metavar="SCRIPT", help="the training script (Python)")
     return parser
 
@@ -173,18 +172,11 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def cmd_export(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    from mwnotebook.export.scripts import export_cell
-
     script = Path(ns.script)
     code = _read_script("export", script, stderr)
     if code is None:
         return EXIT_USAGE
-    if getattr(ns, "format", "launchers") != "launchers":
-        from mwnotebook.export.formats import export_format
-
-        print(export_format(code, ns.out, spec_from_options(ns), ns.format).summary(), file=stdout)
-        return EXIT_OK
-    job = export_cell(code, ns.out, spec_from_options(ns), ports=ns.ports)
+    job = export_job(code, ns.out, spec_from_options(ns), ns.format, ports=ns.ports)
     print(job.summary(), file=stdout)
     return EXIT_OK
 

@@ -30,6 +30,7 @@ from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.errors import ConfigError, MWNotebookError
+from mwnotebook.export.job import add_format_argument, export_job
 from mwnotebook.frontend.notebook import late_view
 from mwnotebook.frontend.notebook.keras_choice import KerasChoice
 from mwnotebook.frontend.notebook.live_chart import ChartOnFirstMetric, preload_in_background
@@ -66,9 +67,7 @@ def mwtrain_parser() -> argparse.ArgumentParser:
                               "hidden by default"))
     parser.add_argument("--export", default=None, metavar="DIR",
                         help="also write the cell as a script plus one launcher per worker into DIR")
-    parser.add_argument("--format", default="launchers", choices=("launchers", "slurm", "tfjob"),
-                        help="with --export: per-worker launchers (default), a Slurm batch job, or a "
-                             "Kubernetes TFJob manifest")
+    add_format_argument(parser, "with --export: ")
     return parser
 
 
@@ -190,14 +189,8 @@ class MWMagics(Magics):
         spec = _spec(ns)
         if not cell.strip():
             raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
-        if ns.export and ns.format != "launchers":
-            from mwnotebook.export.formats import export_format
-
-            print(export_format(cell, ns.export, spec, ns.format).summary())
-        elif ns.export:
-            from mwnotebook.export.scripts import export_cell  # only needed with --export
-
-            print(export_cell(cell, ns.export, spec).summary())
+        if ns.export:
+            print(export_job(cell, ns.export, spec, ns.format).summary())
         keras_note = self.session.keras.on_cell(spec.use_legacy_keras)
         if keras_note:
             print(keras_note, file=sys.stderr)
