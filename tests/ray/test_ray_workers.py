@@ -162,6 +162,9 @@ def test_a_sigkilled_notebook_process_leaves_no_actor_agent_or_kernel(ray_env: r
     finally:
         if notebook.poll() is None:
             notebook.kill()
+            notebook.wait(10)
+        if notebook.stdout is not None:
+            notebook.stdout.close()
     assert all(state == "REMOVED" for state in placement_groups(ray_env.address))
 
 
