@@ -18,7 +18,7 @@ import tornado.httpclient
 from mwnotebook import Cluster
 from mwnotebook.registry import state
 
-from ..conftest import wait_for_no_workers
+from ...conftest import wait_for_no_workers
 
 pytestmark = pytest.mark.integration
 
