@@ -36,6 +36,9 @@ suppress_warnings = [
     "myst.header",
 ]
 
+# Options stay as typed: no "--" turned into a dash, no curly quotes.
+smartquotes = False
+
 # MyST: the user guide is Markdown.
 myst_enable_extensions = ["colon_fence", "deflist", "attrs_inline"]
 myst_heading_anchors = 3
@@ -82,7 +85,8 @@ html_theme_options = {
     "show_toc_level": 2,
     "footer_start": ["copyright"],
     "footer_end": [],
-    "secondary_sidebar_items": ["page-toc"],
+    # the reference tables need the width; their pages are one table each
+    "secondary_sidebar_items": {"**": ["page-toc"], "reference/magics": [], "reference/cli": []},
 }
 html_sidebars = {"index": [], "lessons/index": []}
 html_show_sourcelink = False

@@ -15,4 +15,4 @@ python3 tools/docs_lessons.py "$@"
 rm -rf docs/_build/html docs/_build/doctrees
 # -W --keep-going: every warning is reported, then fails the build; -n: every reference must resolve.
 python3 -m sphinx -b html -W --keep-going -n -q -j auto docs docs/_build/html
-echo "tools/docs.sh: docs/_build/html/index.html ($(find docs/_build/html -name '*.html' | wc -l) pages)"
+echo "tools/docs.sh: docs/_build/html/index.html ($(find docs/_build/html -name '*.html' -not -path '*/_static/*' | wc -l) pages)"

@@ -73,10 +73,10 @@ class OptionsDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         parser = load_parser(self.arguments[0], self.options.get("subcommand"))
-        table = nodes.table(classes=["mw-options"])
+        table = nodes.table(classes=["mw-options", "colwidths-given"])
         group = nodes.tgroup(cols=3)
         table += group
-        for width in (25, 15, 60):
+        for width in (24, 18, 58):
             group += nodes.colspec(colwidth=width)
         head = nodes.thead()
         group += head
