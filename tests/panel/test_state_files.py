@@ -231,3 +231,11 @@ def test_a_disabled_publication_writes_nothing(directory: Path) -> None:
     pub.settled()
     pub.stopped()
     assert os.listdir(directory) == []
+
+
+def test_the_engine_needs_no_jupyter_server() -> None:
+    """A plain ipykernel + nbclient run never loads the server extension or jupyter_server."""
+    code = ("import sys, mwnotebook.engine.cluster, mwnotebook.registry.publication\n"
+            "loaded = [m for m in sys.modules if m.startswith(('jupyter_server', 'mwnotebook.server'))]\n"
+            "assert not loaded, loaded\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
