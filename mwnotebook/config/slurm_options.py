@@ -24,9 +24,6 @@ from typing import Any
 from mwnotebook.config.slurm_nodes import asked_nodes
 from mwnotebook.errors import ConfigError
 
-# one NodeAddr parser, shared with the exported launcher (re-exported here beside the other parsers)
-from mwnotebook.processes.shipped.slurm_tf_config import node_addresses as parse_node_addresses  # noqa: F401
-
 #: salloc options mwnotebook sets itself from the cluster options.
 _OWN_OPTIONS = {
     "-n": "--workers", "--ntasks": "--workers", "--ntasks-per-node": "--workers-per-host",

@@ -79,7 +79,7 @@ def test_custom_loop_curves_match_ground_truth(tf_cluster, seed_code, inside_fun
     dash = Dashboard(2)
     code = _instrument_seed(seed_code, report_inside_function=inside_function)
     result = tf_cluster.run(code, on_event=dash, timeout=300)
-    dash.finish(result)
+    dash.finish()
 
     for i in range(2):  # reporting changes nothing in training: the seed's exact result
         assert SEED_LINE.format(i=i) in result.stdout(i)
@@ -152,7 +152,7 @@ print("KERAS " + tf.keras.__name__ + " " + type(model).__module__)
 def test_keras_fit_curves_show_true_global_and_local_values(tf_cluster, no_orphans):
     dash = Dashboard(2)
     result = tf_cluster.run(KERAS_CELL, on_event=dash, timeout=300)
-    dash.finish(result)
+    dash.finish()
     assert "tf_keras" in result.stdout(0), "this test is about tf_keras under MWMS"
 
     truth = _json_lines(result.stdout(0), "TRUTH ")

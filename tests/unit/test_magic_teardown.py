@@ -12,13 +12,13 @@ from mwnotebook.frontend.notebook import magics
 
 class FakeDashboard:
     def __init__(self) -> None:
-        self.finished: list[Any] = []
+        self.finished = 0
 
     def __call__(self, event: Any) -> None:
         pass
 
-    def finish(self, result: Any = None) -> None:
-        self.finished.append(result)
+    def finish(self) -> None:
+        self.finished += 1
 
     def show_now(self) -> None:
         pass
@@ -57,4 +57,4 @@ def test_the_live_dashboard_is_finished_however_the_run_ends(error: BaseExceptio
     cell = magics.MWMagics(None, session=FakeSession(FakeCluster(error)))
     with pytest.raises(type(error)):
         cell.mwtrain("--workers 2 --cpu", "print(1)")
-    assert dashboard.finished == [None]
+    assert dashboard.finished == 1

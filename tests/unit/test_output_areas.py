@@ -145,7 +145,7 @@ def test_chart_appears_at_the_first_metric_only():
         def __call__(self, event):
             self.events.append(event)
 
-        def finish(self, result=None):
+        def finish(self):
             self.finished = True
 
     chart = ChartOnFirstMetric(2, factory=FakeDashboard)

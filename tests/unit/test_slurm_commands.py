@@ -11,6 +11,7 @@ from mwnotebook.config import slurm_options as cmd
 from mwnotebook.config.options import add_cluster_arguments, spec_from_options
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
+from mwnotebook.processes.shipped.slurm_tf_config import node_addresses
 
 # Recorded from `scontrol --oneliner show node mwnode0,mwnode1` on the test cluster.
 SCONTROL_NODES = (
@@ -78,7 +79,8 @@ def test_squeue_states() -> None:
 def test_hostnames_and_node_addresses() -> None:
     assert cmd.hostnames_argv("mwnode[0-1]") == ["scontrol", "show", "hostnames", "mwnode[0-1]"]
     assert cmd.parse_hostnames("mwnode0\nmwnode1\n") == ["mwnode0", "mwnode1"]
-    assert cmd.parse_node_addresses(SCONTROL_NODES) == {"mwnode0": "10.213.150.10", "mwnode1": "10.213.150.11"}
+    # the one NodeAddr parser, shared with the exported launcher (processes/shipped/slurm_tf_config.py)
+    assert node_addresses(SCONTROL_NODES) == {"mwnode0": "10.213.150.10", "mwnode1": "10.213.150.11"}
 
 
 def test_worker_placement() -> None:

@@ -251,10 +251,9 @@ class Dashboard:
                     log.warning("mwnotebook: no live chart widget, a picture instead: %s", reason)
             self._chart_handle = display(self.live_chart_bundle(), raw=True, display_id=True)
 
-    def finish(self, result: Any = None) -> None:
+    def finish(self) -> None:
         """The run ended (however): one last update, in which the static copy (the interactive chart
-        in JupyterLab) replaces the live picture under the same display id. ``result`` is accepted
-        for symmetry with ``Cluster.run``."""
+        in JupyterLab) replaces the live picture under the same display id."""
         with self._lock:
             self._finished = True
             self._throttle.flush(force=True)

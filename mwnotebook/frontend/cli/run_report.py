@@ -47,7 +47,7 @@ def _figures_html(observer: RunRecord) -> str:
                 "script with <code>mw.report(step=i, loss=...)</code> or the Keras callback.</p>")
     import plotly.io as pio  # only when there is something to draw
 
-    from mwnotebook.dashboard import per_worker_figure
+    from mwnotebook.frontend.chart.plotly_figure import per_worker_figure
 
     names = local or [n[len("global_"):] for n in store.metric_names()]
     return "\n".join(pio.to_html(per_worker_figure(store, metric, observer.workers), include_plotlyjs=(number == 0),

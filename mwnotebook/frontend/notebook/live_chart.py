@@ -35,7 +35,7 @@ def preload_in_background() -> None:
         try:
             import plotly.offline  # noqa: F401
 
-            import mwnotebook.dashboard  # noqa: F401
+            import mwnotebook.frontend.chart.live  # noqa: F401
         except Exception:
             log.debug("the chart's libraries could not be imported", exc_info=True)
 
@@ -44,7 +44,7 @@ def preload_in_background() -> None:
 
 
 def _new_dashboard(num_workers: int, lines: Any = None) -> Any:
-    from mwnotebook.dashboard import Dashboard
+    from mwnotebook.frontend.chart.live import Dashboard
 
     return Dashboard(num_workers, lines=lines)
 
@@ -88,6 +88,6 @@ class ChartOnFirstMetric:
         self._early_states.clear()
         return True
 
-    def finish(self, result: Any = None) -> None:
+    def finish(self) -> None:
         if self.dashboard is not None:
-            self.dashboard.finish(result)
+            self.dashboard.finish()

@@ -207,14 +207,14 @@ class MWMagics(Magics):
             self.session.announce(cluster)
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout, max_restarts=spec.max_restarts)
         except MWNotebookError as exc:
-            _finish(output, chart, None)
+            _finish(output, chart)
             if isinstance(exc, ConfigError):
                 raise UsageError(str(exc)) from None
             raise
         except BaseException:  # e.g. a second Ctrl-C: no display update may land in a later cell
-            _finish(output, chart, None)
+            _finish(output, chart)
             raise
-        _finish(output, chart, result)
+        _finish(output, chart)
         self.session.last_result = result
         # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
         # mw_result.metrics_frame(), mw_result.stdout(i).
@@ -297,14 +297,14 @@ def _chart_sink(spec: ClusterSpec, names: WorkerNames) -> ChartOnFirstMetric:
     return ChartOnFirstMetric(lines.kernels, lines=lines)
 
 
-def _finish(output: EventSink, chart: ChartOnFirstMetric | None, result: RunResult | None) -> None:
+def _finish(output: EventSink, chart: ChartOnFirstMetric | None) -> None:
     """Last state of the output and the chart, however the run ended."""
     if isinstance(output, WorkerOutputAreas):
         output.finish()
     elif isinstance(output, TextRelay):
         output.flush()
     if chart is not None:
-        chart.finish(result)
+        chart.finish()
 
 
 _magics: MWMagics | None = None
