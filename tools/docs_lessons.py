@@ -39,9 +39,10 @@ LESSON_TESTS = {
     "07_official_tutorial_flows": "tests/tf/test_tutorial_flows.py",
     "08_preemption_and_recovery": "tests/tf/test_lesson_08.py",
     "09_parameter_server_training": "tests/tf/test_ps_lesson.py",
+    "10_ray_cluster": "tests/ray/test_ray_lesson.py",
 }
-#: lessons that need the suite's SSH test hosts or Slurm cluster: never executed here
-NEEDS_TEST_HOSTS = {"04_remote_hosts", "06_laptop_ssh_slurm"}
+#: lessons that need the suite's SSH test hosts, Slurm cluster or Ray cluster: never executed here
+NEEDS_TEST_HOSTS = {"04_remote_hosts", "06_laptop_ssh_slurm", "10_ray_cluster"}
 
 CHART = "image/svg+xml"
 log = logging.getLogger("docs_lessons")
@@ -62,7 +63,7 @@ def executed_copy(name: str, execute: bool) -> nbformat.NotebookNode:
     if name in NEEDS_TEST_HOSTS or not execute:
         raise LessonError(f"{name}: no executed copy at {path.relative_to(ROOT)}. It is made by "
                           f"`python3 -m pytest -p no:benchmark {made_by}`"
-                          + (" (it needs the suite's SSH test hosts / Slurm cluster: root)."
+                          + (" (it needs the suite's test hosts: SSH, Slurm or Ray; root)."
                              if name in NEEDS_TEST_HOSTS else "."))
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -73,7 +74,8 @@ def executed_copy(name: str, execute: bool) -> nbformat.NotebookNode:
         NotebookClient(nb, timeout=600, kernel_name="python3",
                        resources={"metadata": {"path": str(ROOT)}}).execute()
     except CellExecutionError as exc:
-        raise LessonError(f"{name}: the lesson failed when executed:\n{exc}") from None
+        tail = "\n".join(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()[-3:])
+        raise LessonError(f"{name}: the lesson failed when executed (its test: {made_by}):\n{tail}") from None
     ARTIFACTS.mkdir(exist_ok=True)
     nbformat.write(nb, path)
     return nb
