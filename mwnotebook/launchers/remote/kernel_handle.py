@@ -8,19 +8,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any, Protocol
-
-import asyncssh
 
 from mwnotebook.launchers.remote.agent_channel import AgentRun
 from mwnotebook.launchers.remote.agent_events import AgentEvent
 
-__all__ = ["Place", "RemoteKernelHandle"]
+__all__ = ["Listener", "Place", "RemoteKernelHandle"]
 
 log = logging.getLogger(__name__)
 
 #: On top of the dump's own wait: the ``stacks`` line's way to the host and the answer's way back.
 STACKS_TRANSIT_SECONDS = 5.0
+
+
+class Listener(Protocol):
+    """A port forward closed with the kernel (asyncssh's ``SSHListener``)."""
+
+    def close(self) -> None: ...
 
 
 class Place(Protocol):
@@ -34,12 +39,12 @@ class RemoteKernelHandle:
     """A kernel on a remote host (see :class:`mwnotebook.launchers.base.KernelHandle`)."""
 
     def __init__(self, index: int, place: Place, agent: AgentRun, pid: int,
-                 listeners: list[asyncssh.SSHListener], connection_info: dict[str, Any]) -> None:
+                 listeners: Iterable[Listener], connection_info: dict[str, Any]) -> None:
         self.index = index
         self.host = place.target
         self._agent = agent
         self._pid = pid
-        self._listeners = listeners
+        self._listeners = list(listeners)
         self._connection_info = connection_info
         self._exit = ""
         self._log_tail = ""

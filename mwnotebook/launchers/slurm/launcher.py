@@ -40,9 +40,10 @@ from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
-from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE, agent_error
+from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
-from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
+from mwnotebook.launchers.remote.kernel_start import first_event, start_kernel
+from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates
 from mwnotebook.launchers.slurm.agent import SrunAgent
 from mwnotebook.launchers.slurm.job import SlurmAllocation
 from mwnotebook.launchers.slurm.kernel_handle import NodePlace, SlurmKernelHandle
@@ -57,8 +58,6 @@ log = logging.getLogger(__name__)
 
 #: ``0``: no worker template on the allocation's spare nodes until a worker moves there (to measure).
 SPARE_TEMPLATE_ENV = "MWNOTEBOOK_SLURM_SPARE_TEMPLATE"
-
-_CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
 class SlurmLauncher:
@@ -214,24 +213,16 @@ class SlurmLauncher:
         return self._moved
 
     async def _first_event(self, agent: SrunAgent, node: str, timeout: float) -> AgentEvent:
-        try:
-            event = await asyncio.wait_for(agent.next_event(), timeout)
-        except asyncio.TimeoutError:
-            await agent.close()
-            raise ClusterStartError(f"{node}: no answer from the job step within {timeout:.0f} s",
-                                    host=node) from None
-        if event is None:
-            reason = await agent.why_it_ended(self.python)
-            await agent.close()
-            if self.allocation is not None and await self.allocation.ended():
-                reason = (f"Slurm job {self.allocation.job_id} has ended ({self.allocation.state}); "
-                          + ("the next cell requests a new allocation" if not self._job_id
-                             else "pass a running job's id with --slurm-job"))
-            raise ClusterStartError(f"{node}: {reason}", host=node)
-        if event.get("event") == "error":
-            await agent.close()
-            raise ClusterStartError(f"{node}: {agent_error(event, self.python)}", host=node)
-        return event
+        return await first_event(agent, node, timeout, self.python, silent="the job step",
+                                 explain_end=self._explain_end)
+
+    async def _explain_end(self, reason: str) -> str:
+        """Why an agent ended: the job's end when that was it, else what the agent left on stderr."""
+        if self.allocation is not None and await self.allocation.ended():
+            return (f"Slurm job {self.allocation.job_id} has ended ({self.allocation.state}); "
+                    + ("the next cell requests a new allocation" if not self._job_id
+                       else "pass a running job's id with --slurm-job"))
+        return reason
 
     async def _release_ports(self) -> None:
         holders, self._holders = self._holders, []
@@ -245,34 +236,19 @@ class SlurmLauncher:
         address = allocation.addresses.get(node, node)
         key = str(uuid.uuid4())
         agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python, self.gpus_per_worker)
-        listeners: list[Any] = []
-        info: dict[str, Any] = {"ip": address, "transport": "tcp", "key": key,
-                                "signature_scheme": "hmac-sha256", "kernel_name": ""}
         try:
-            template = self._template(node, env)
-            agent.configure(await with_template({
-                "role": "kernel", "key": key, "signature_scheme": "hmac-sha256", "ip": address,
-                "env": dict(env), "require": list(self.require), "cwd": self.cwd,
-                "timeout": self.startup_timeout,
-            }, template))
-            event = await self._first_event(agent, node, self.startup_timeout + 5)
-            if event.get("event") != "ready":
-                raise ClusterStartError(f"{node}: unexpected agent reply {event.get('event')!r}", host=node)
-            check_fork(template, event)
-            for name in _CHANNELS:  # direct: the node's own port; via a login node: a local forward
-                info["ip"], info[name], listener = await self.shell.forward(address, int(event["ports"][name]))
-                if listener is not None:
-                    listeners.append(listener)
-        except BaseException as exc:
-            if isinstance(exc, ClusterStartError):
-                exc.worker = index
-            for listener in listeners:
-                listener.close()
-            await agent.close()
+            # direct: the node's own port; via a login node: a local forward (slurm/shell.py)
+            started = await start_kernel(
+                agent, where=node, key=key, env=env, require=self.require, cwd=self.cwd,
+                timeout=self.startup_timeout, template=self._template(node, env),
+                wait=lambda seconds: self._first_event(agent, node, seconds),
+                forward=lambda port: self.shell.forward(address, port), bind_ip=address)
+        except ClusterStartError as exc:
+            exc.worker = index
             raise
-        handle = SlurmKernelHandle(index, NodePlace(node), agent, int(event["pid"]), listeners, info)
+        handle = SlurmKernelHandle(index, NodePlace(node), agent, started.pid, started.listeners, started.info)
         handle.shell = self.shell
-        handle.remote_dir = str(event.get("dir", ""))
+        handle.remote_dir = started.remote_dir
         self._handles = [h for h in self._handles if not h.ended] + [handle]
         log.info("worker %d: kernel pid %s on %s (job %s)", index, handle.pid, node, allocation.job_id)
         return handle

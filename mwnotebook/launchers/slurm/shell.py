@@ -26,16 +26,13 @@ import asyncssh
 
 from mwnotebook.config.hosts import parse_host
 from mwnotebook.errors import ClusterStartError
+from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, KEEPALIVE_SECONDS
 from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, loss_reason, open_connection
 
 __all__ = ["LocalSlurm", "LoginSlurm", "SlurmProcess", "SlurmShell"]
 
 log = logging.getLogger(__name__)
 
-#: SSH keepalive towards the login node (as for SSH workers: a dead network is noticed in ~8 s).
-KEEPALIVE_INTERVAL = 2.0
-KEEPALIVE_COUNT_MAX = 3
-_KEEPALIVE_SECONDS = KEEPALIVE_INTERVAL * (KEEPALIVE_COUNT_MAX + 1)
 #: Connections to the login node before refused sessions are tried again on the full ones.
 MAX_CONNECTIONS = 8
 
@@ -177,7 +174,7 @@ class LoginSlurm(SlurmShell):
             if self._closed:
                 raise ClusterStartError(f"{self.login.target}: the cluster is stopping")
             for session in [s for s in self._sessions if s.conn.is_closed()]:
-                self._lost = self._lost or loss_reason(session.conn, _KEEPALIVE_SECONDS)
+                self._lost = self._lost or loss_reason(session.conn, KEEPALIVE_SECONDS)
                 log.warning("the SSH connection to %s was lost (%s)", self.login.target, self._lost or "closed")
                 self._sessions.remove(session)
                 self._full.discard(session.conn)
@@ -221,7 +218,7 @@ class LoginSlurm(SlurmShell):
         return "127.0.0.1", listener.get_port(), listener
 
     def lost(self) -> str:
-        reasons = [loss_reason(s.conn, _KEEPALIVE_SECONDS) for s in self._sessions if s.conn.is_closed()]
+        reasons = [loss_reason(s.conn, KEEPALIVE_SECONDS) for s in self._sessions if s.conn.is_closed()]
         return next((r for r in reasons if r), self._lost)
 
     async def close(self) -> None:

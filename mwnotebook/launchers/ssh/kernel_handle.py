@@ -3,12 +3,13 @@ that, when its channel closes without an exit event, names the SSH connection's 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import asyncssh
 
 from mwnotebook.config.hosts import HostSpec
-from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
+from mwnotebook.launchers.remote.kernel_handle import Listener, RemoteKernelHandle
 from mwnotebook.launchers.ssh.agent import SSHAgent
 from mwnotebook.launchers.ssh.connect import loss_reason
 
@@ -19,7 +20,7 @@ class SSHKernelHandle(RemoteKernelHandle):
     """A kernel on a remote host, reached through SSH port forwards (see ``launchers/ssh/launcher.py``)."""
 
     def __init__(self, index: int, spec: HostSpec, agent: SSHAgent, pid: int,
-                 listeners: list[asyncssh.SSHListener], connection_info: dict[str, Any],
+                 listeners: Iterable[Listener], connection_info: dict[str, Any],
                  conn: asyncssh.SSHClientConnection | None = None, keepalive_seconds: float = 0) -> None:
         self._conn = conn
         self._keepalive_seconds = keepalive_seconds

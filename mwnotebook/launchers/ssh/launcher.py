@@ -42,9 +42,11 @@ from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
-from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE, agent_error
+from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
-from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates, check_fork, with_template
+from mwnotebook.launchers.remote.kernel_handle import Listener
+from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, first_event, start_kernel
+from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates
 from mwnotebook.launchers.ssh.agent import SSHAgent
 from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, open_connection
 from mwnotebook.launchers.ssh.kernel_handle import SSHKernelHandle
@@ -52,18 +54,12 @@ from mwnotebook.launchers.ssh.kernel_handle import SSHKernelHandle
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
 
-__all__ = ["DEFAULT_REQUIRE", "SSHLauncher", "SSHKernelHandle"]
+__all__ = ["DEFAULT_REQUIRE", "KEEPALIVE_COUNT_MAX", "KEEPALIVE_INTERVAL", "SSHKernelHandle", "SSHLauncher"]
 
 log = logging.getLogger(__name__)
 
-_CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 #: Upper bound on SSH connections to one host (each carries up to sshd's MaxSessions sessions).
 MAX_CONNECTIONS_PER_HOST = 16
-#: SSH keepalive: one every KEEPALIVE_INTERVAL s of silence, the connection is dropped after
-#: KEEPALIVE_COUNT_MAX unanswered ones: a silently dead network is noticed after
-#: 2 * (3 + 1) = 8 s, so that the cell fails within 15 s naming the host.
-KEEPALIVE_INTERVAL = 2.0
-KEEPALIVE_COUNT_MAX = 3
 #: How long a restart waits for a host that was reachable before to answer again. Bounded: a
 #: stop (or the notebook's exit) waits for a restart under way.
 RECONNECT_WINDOW = 30.0
@@ -236,21 +232,7 @@ class SSHLauncher:
 
     async def _first_event(self, agent: SSHAgent, spec: HostSpec, timeout: float) -> AgentEvent:
         """The agent's first event, raising ClusterStartError (naming the host) for failures."""
-        try:
-            event = await asyncio.wait_for(agent.next_event(), timeout)
-        except asyncio.TimeoutError:
-            await agent.close()
-            raise ClusterStartError(f"{spec.target}: no answer from the remote agent within "
-                                    f"{timeout:.0f} s", host=spec.target) from None
-        if event is None:
-            reason = await agent.why_it_ended(self.python)
-            await agent.close()
-            raise ClusterStartError(f"{spec.target}: {reason}", host=spec.target)
-        if event.get("event") == "error":
-            await agent.close()
-            raise ClusterStartError(f"{spec.target}: {agent_error(event, self.python)}",
-                                    host=spec.target)
-        return event
+        return await first_event(agent, spec.target, timeout, self.python)
 
     # -- kernels -------------------------------------------------------------------------------
 
@@ -273,37 +255,22 @@ class SSHLauncher:
             if spare is not None:
                 await spare[1].close()
             conn, agent = await self._run_agent(spec)
-        listeners: list[asyncssh.SSHListener] = []
+        async def forward(port: int) -> tuple[str, int, Listener | None]:
+            # the kernel binds 127.0.0.1 on its host: reached through a local forward on ours
+            listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
+            return "127.0.0.1", listener.get_port(), listener
+
         try:
-            template = self._template(spec, env)
-            agent.configure(await with_template({
-                "role": "kernel", "key": key, "signature_scheme": "hmac-sha256",
-                "env": dict(env), "require": list(self.require), "cwd": self.cwd,
-                "timeout": self.startup_timeout,
-            }, template))
-            event = await self._first_event(agent, spec, self.startup_timeout + 5)
-            if event.get("event") != "ready":
-                raise ClusterStartError(f"{spec.target}: unexpected agent reply {event.get('event')!r}",
-                                        host=spec.target)
-            check_fork(template, event)
-            info: dict[str, Any] = {"ip": "127.0.0.1", "transport": "tcp", "key": key,
-                                    "signature_scheme": "hmac-sha256", "kernel_name": ""}
-            for name in _CHANNELS:
-                listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1",
-                                                         int(event["ports"][name]))
-                listeners.append(listener)
-                info[name] = listener.get_port()
-        except BaseException as exc:
-            for listener in listeners:
-                listener.close()
-            await agent.close()
-            if isinstance(exc, (asyncssh.Error, OSError)):
-                raise ClusterStartError(f"{spec.target}: the SSH connection failed while the kernel "
-                                        f"started ({exc})", host=spec.target) from exc
-            raise
-        handle = SSHKernelHandle(index, spec, agent, int(event["pid"]), listeners, info, conn,
+            started = await start_kernel(
+                agent, where=spec.target, key=key, env=env, require=self.require, cwd=self.cwd,
+                timeout=self.startup_timeout, template=self._template(spec, env),
+                wait=lambda seconds: self._first_event(agent, spec, seconds), forward=forward)
+        except (asyncssh.Error, OSError) as exc:
+            raise ClusterStartError(f"{spec.target}: the SSH connection failed while the kernel "
+                                    f"started ({exc})", host=spec.target) from exc
+        handle = SSHKernelHandle(index, spec, agent, started.pid, started.listeners, started.info, conn,
                                  self.keepalive_interval * (self.keepalive_count_max + 1))
-        handle.remote_dir = str(event.get("dir", ""))
+        handle.remote_dir = started.remote_dir
         self._handles = [h for h in self._handles if not h.ended] + [handle]
         log.info("worker %d: kernel pid %s on %s", index, handle.pid, spec.target)
         return handle
