@@ -164,7 +164,7 @@ class ClustersPanel extends Widget {
       const usage = [w.cpu_percent === null || w.cpu_percent === undefined ? null : `CPU ${w.cpu_percent.toFixed(0)}%`,
         w.memory_bytes ? megabytes(w.memory_bytes) : null].filter(Boolean).join(' · ');
       const details = el('details', { class: 'mw-tfconfig' },
-        el('summary', {}, 'TF_CONFIG ',
+        el('summary', {}, el('span', { class: 'mw-tfconfig-label' }, 'TF_CONFIG'), ' ',
           el('button', {
             class: 'mw-copy', title: 'copy this TF_CONFIG',
             onclick: event => { event.preventDefault(); Clipboard.copyToSystem(JSON.stringify(w.tf_config)); }

@@ -232,7 +232,7 @@ def test_lab_panel_shows_two_clusters_with_their_workers(browser: Any, lab: Lab,
         for row in rows:
             row.locator(".mw-cluster-head").click()
         wait_until(lambda: panel.locator(f"{ROW} .mw-worker").count() == 3, 10, "three worker rows")
-        panel.locator(f"{ROW} .mw-tfconfig summary").first.click()
+        panel.locator(f"{ROW} .mw-tfconfig-label").first.click()
         panel.locator(f"{ROW} .mw-tfconfig pre").first.wait_for(timeout=5_000)
         assert json.loads(panel.locator(f"{ROW} .mw-tfconfig pre").first.inner_text())["task"]["type"] == "worker"
         panel.screenshot(path=str(artifacts / "panel_lab_two_clusters.png"))
