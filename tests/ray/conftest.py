@@ -33,7 +33,11 @@ def ray_cluster() -> Iterator[ray_nodes.RayTestCluster]:
 
 @pytest.fixture
 def ray_env(ray_cluster: ray_nodes.RayTestCluster) -> Iterator[ray_nodes.RayTestCluster]:
-    """The cluster, and afterwards the check that no relay actor of ours is left on it."""
+    """The cluster with every worker node up (a node an earlier test killed is started again, under
+    a new node id), and afterwards the check that no relay actor of ours is left on it."""
+    for node in ray_cluster.workers:
+        if not ray_cluster.node_alive(node):
+            ray_cluster.start_worker(node)
     yield ray_cluster
     deadline = time.monotonic() + 30
     while ray_cluster.actor_pids() and time.monotonic() < deadline:

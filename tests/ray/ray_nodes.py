@@ -137,6 +137,12 @@ class RayTestCluster:
             except psutil.NoSuchProcess:
                 pass
 
+    def node_alive(self, node: RayNode) -> bool:
+        try:
+            return psutil.Process(node.raylet_pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
     def start_worker(self, node: RayNode) -> None:
         _start_node(self, node, ["--address", self.address])
 

@@ -168,26 +168,52 @@ def test_a_sigkilled_notebook_process_leaves_no_actor_agent_or_kernel(ray_env: r
     assert all(state == "REMOVED" for state in placement_groups(ray_env.address))
 
 
+def kill_node_on(ray_env: ray_nodes.RayTestCluster, node: ray_nodes.RayNode, worker: int, text: str,
+                 killed: list[float]) -> object:
+    """An ``on_event`` that kills ``node`` the first time ``worker`` prints ``text``."""
+    def on_event(event: Event) -> None:
+        if (isinstance(event, WorkerOutput) and event.worker == worker and not killed
+                and text in event.content.get("text", "")):
+            ray_env.kill_node(node)
+            killed.append(time.monotonic())
+    return on_event
+
+
 def test_a_node_killed_mid_training_fails_the_cell_fast(ray_env: ray_nodes.RayTestCluster) -> None:
-    """Last in the module: the node is started again afterwards, under a new node id."""
+    """The node stays dead; ``ray_env`` starts it again before the next test (a new node id)."""
     victim = ray_env.workers[1]
     killed: list[float] = []
-    try:
-        with Cluster(ray=ray_env.address, cpu=True) as cluster:
-            cluster.start()
-            worker = [w.rsplit(":", 1)[0] for w in cluster.tf_configs[0]["cluster"]["worker"]].index(victim.ip)
+    with Cluster(ray=ray_env.address, cpu=True) as cluster:
+        cluster.start()
+        worker = [w.rsplit(":", 1)[0] for w in cluster.tf_configs[0]["cluster"]["worker"]].index(victim.ip)
+        with pytest.raises(ClusterRunError) as info:
+            cluster.run(LONG_RUN, on_event=kill_node_on(ray_env, victim, worker, "training", killed), timeout=300)
+        assert killed, "the worker never reached the training loop"
+        print(f"node killed: the cell's error after {time.monotonic() - killed[0]:.1f} s")
+        assert info.value.failures[0].worker == worker, info.value.failures
+        assert info.value.failures[0].kind == "died", info.value.failures
 
-            def kill_once_training(event: Event) -> None:
-                if (isinstance(event, WorkerOutput) and event.worker == worker and not killed
-                        and "training" in event.content.get("text", "")):
-                    ray_env.kill_node(victim)
-                    killed.append(time.monotonic())
 
-            with pytest.raises(ClusterRunError) as info:
-                cluster.run(LONG_RUN, on_event=kill_once_training, timeout=300)
-            assert killed, "the worker never reached the training loop"
-            print(f"node killed: the cell's error after {time.monotonic() - killed[0]:.1f} s")
-            assert info.value.failures[0].worker == worker, info.value.failures
-            assert info.value.failures[0].kind == "died", info.value.failures
-    finally:
-        ray_env.start_worker(victim)
+def test_with_max_restarts_a_lost_nodes_worker_comes_back_on_another_node(ray_env: ray_nodes.RayTestCluster) -> None:
+    """The seed, its node killed as it starts: Ray places the bundle again on the other node (it has
+    2 CPUs) and the rerun on fresh workers ends with the seed's exact lines."""
+    victim, survivor = ray_env.workers[1], ray_env.workers[0]
+    killed: list[float] = []
+    cell = 'print("starting", flush=True)\nimport time\ntime.sleep(2)\n' + SEED_CELL
+    with Cluster(ray=ray_env.address, cpu=True) as cluster:
+        cluster.start()
+        worker = [w.rsplit(":", 1)[0] for w in cluster.tf_configs[0]["cluster"]["worker"]].index(victim.ip)
+        started = time.monotonic()
+        result = cluster.run(cell, on_event=kill_node_on(ray_env, victim, worker, "starting", killed),
+                             timeout=600, max_restarts=1)
+        assert killed, "the worker never started the cell"
+        [restart] = result.restarts
+        assert restart.worker == worker, restart
+        assert any(f"Ray node {victim.ip} lost; its bundle is now on {survivor.ip}" in line
+                   for line in restart.moved), restart.moved
+        hosts = [w.rsplit(":", 1)[0] for w in cluster.tf_configs[0]["cluster"]["worker"]]
+        assert hosts == [survivor.ip, survivor.ip], hosts
+        for i in range(2):
+            assert expected_line(i) in result.stdout(i, attempt=2).splitlines(), result.stdout(i, attempt=2)[-2000:]
+        print(f"node killed: the seed's lines on the restarted workers {time.monotonic() - killed[0]:.1f} s "
+              f"after the node's death ({time.monotonic() - started:.1f} s for the whole cell)")

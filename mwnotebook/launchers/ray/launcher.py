@@ -17,6 +17,9 @@ Lifecycle: :meth:`RayLauncher.close` (cluster stop, a failed start) closes the a
 notebook's process dies (SIGKILL included), Ray ends the actors the driver owned and the group, and
 the agents die with their relay (``node_relay.py``); their connections also close. A node lost
 mid-cell fails its relay's ``wait`` call, which closes that worker's channel: the cell fails fast.
+With ``--max-restarts``, :meth:`RayLauncher.replace_lost_nodes` waits (bounded) until Ray has placed
+the lost bundles again on live nodes, starts relays there, and the workers come back with new TF
+addresses.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config.ray_options import DEFAULT_CPUS_PER_WORKER
 from mwnotebook.config.tf_config import format_address
-from mwnotebook.errors import ClusterStartError, ConfigError
+from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.ray import node_relay
 from mwnotebook.launchers.ray.channel import RelayAgent
 from mwnotebook.launchers.ray.session import Placement, RaySession
@@ -131,12 +134,7 @@ class RayLauncher:
             self._placement = placement
             await placement.reserve(self.startup_timeout, lambda: self._aborted)
             ray = self.session.ray
-            ray.cloudpickle.register_pickle_by_value(node_relay)  # the nodes need no mwnotebook
-            relay_class = ray.remote(node_relay.NodeRelay)
-            actors = [relay_class.options(
-                num_cpus=self.cpus, num_gpus=self.gpus or 0, max_concurrency=32, max_restarts=0,
-                scheduling_strategy=placement.scheduling(i),
-            ).remote(ip, self._token, BOOTSTRAP, self.python) for i, ip in enumerate(placement.node_ips)]
+            actors = self._relay_actors(placement, range(self.workers))
             try:
                 wheres = await asyncio.gather(*(self.session.get(a.where.remote(), RELAY_CALL_SECONDS)
                                                 for a in actors))
@@ -149,6 +147,58 @@ class RayLauncher:
             self._relays = [_Relay(a, w, ip) for a, w, ip in zip(actors, wheres, placement.node_ips)]
             log.info("Ray placement group ready: bundles on %s", placement.node_ips)
             return self._relays
+
+    def _relay_actors(self, placement: Placement, indices: Sequence[int]) -> list[Any]:
+        ray = self.session.ray
+        ray.cloudpickle.register_pickle_by_value(node_relay)  # the nodes need no mwnotebook
+        relay_class = ray.remote(node_relay.NodeRelay)
+        return [relay_class.options(
+            num_cpus=self.cpus, num_gpus=self.gpus or 0, max_concurrency=32, max_restarts=0,
+            scheduling_strategy=placement.scheduling(i),
+        ).remote(placement.node_ips[i], self._token, BOOTSTRAP, self.python) for i in indices]
+
+    async def _relays_alive(self) -> list[bool]:
+        async def alive(relay: _Relay) -> bool:
+            try:
+                await self.session.get(relay.actor.where.remote(), 10)
+                return True
+            except Exception:
+                return False
+
+        return list(await asyncio.gather(*(alive(r) for r in self._relays)))
+
+    async def replace_lost_nodes(self) -> list[str]:
+        """Before fresh workers start after a loss (``--max-restarts``): the bundles of a lost node
+        come back where Ray places them again (bounded by the start-up timeout), each with a new
+        relay. Returns one line per move; [] when every relay is alive. Raises
+        :class:`CannotRestartError` when Ray cannot place them."""
+        async with self._placing:
+            placement = self._placement
+            if placement is None or not self._relays:
+                return []
+            lost = [i for i, ok in enumerate(await self._relays_alive()) if not ok]
+            if not lost:
+                return []
+            ray = self.session.ray
+            for i in lost:
+                try:
+                    ray.kill(self._relays[i].actor)
+                except Exception:
+                    log.debug("ray.kill of a lost relay failed", exc_info=True)
+            old = [self._relays[i].node_ip for i in lost]
+            if await placement.replaced(self.startup_timeout) is None:
+                raise CannotRestartError(
+                    f"Ray node(s) {', '.join(sorted(set(old)))} lost, and Ray did not place worker(s) "
+                    f"{', '.join(map(str, lost))} again within {self.startup_timeout:.0f} s: the other nodes "
+                    "lack free resources for the bundles (add a node, or use fewer --cpus-per-worker)")
+            actors = self._relay_actors(placement, lost)
+            wheres = await asyncio.gather(*(self.session.get(a.where.remote(), RELAY_CALL_SECONDS) for a in actors))
+            moves = []
+            for i, actor, where, was in zip(lost, actors, wheres, old):
+                self._relays[i] = _Relay(actor, where, placement.node_ips[i])
+                moves.append(f"worker {i}: Ray node {was} lost; its bundle is now on {placement.node_ips[i]}")
+            log.warning("; ".join(moves))
+            return moves
 
     async def _agent(self, index: int) -> RelayAgent:
         relay = self._relays[index]

@@ -76,6 +76,10 @@ def init_error(address: str, exc: BaseException) -> ClusterStartError:
                              "raylet.out under the head's Ray temp directory (/tmp/ray by default)")
 
 
+def _not_the_sigterm_note(record: logging.LogRecord) -> bool:
+    return "SIGTERM handler is not set" not in record.getMessage()
+
+
 class RaySession:
     """``ray.init`` for this notebook, once; shut down at :meth:`close` only if it was ours (a
     notebook that connected to Ray itself keeps its connection)."""
@@ -102,8 +106,15 @@ class RaySession:
         log.info("connected to Ray at %s in %.1f s", self.address, time.monotonic() - started)
 
     def _init(self) -> None:
-        self.ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
-                      configure_logging=False)
+        """``ray.init`` off the main thread, on purpose: there Ray would replace the notebook
+        kernel's SIGTERM handler with one that exits; its warning that it did not is dropped."""
+        worker_log = logging.getLogger("ray._private.worker")
+        worker_log.addFilter(_not_the_sigterm_note)
+        try:
+            self.ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
+                          configure_logging=False)
+        finally:
+            worker_log.removeFilter(_not_the_sigterm_note)
         self._ours = True
 
     def wrap(self, ref: Any) -> asyncio.Future[Any]:
@@ -192,6 +203,30 @@ class Placement:
         table = placement_group_table(self.group)
         by_id = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
         return [by_id[table["bundles_to_node_id"][i]] for i in range(self.count)]
+
+    def _placed_on_live_nodes(self) -> list[str] | None:
+        """The bundles' node addresses once the group is placed again on live nodes; None before."""
+        from ray.util import placement_group_table
+
+        ray = self.session.ray
+        table = placement_group_table(self.group)
+        alive = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
+        nodes = table.get("bundles_to_node_id", {})
+        if table.get("state") != "CREATED" or any(nodes.get(i) not in alive for i in range(self.count)):
+            return None
+        return [alive[nodes[i]] for i in range(self.count)]
+
+    async def replaced(self, timeout: float) -> list[str] | None:
+        """After a node was lost: wait (bounded) until Ray has placed the group's bundles again on
+        live nodes (it does so by itself where resources allow); their addresses, or None."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ips = await asyncio.to_thread(self._placed_on_live_nodes)
+            if ips is not None:
+                self.node_ips = ips
+                return ips
+            await asyncio.sleep(PLACEMENT_POLL_SECONDS)
+        return None
 
     def scheduling(self, index: int) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
