@@ -10,6 +10,7 @@ as every Jupyter API is (``APIHandler``, ``@tornado.web.authenticated``, ``@auth
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -48,9 +49,9 @@ class _ClustersBase(APIHandler):
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(body, default=str))
 
-    def act(self, cluster_id: str, action: str) -> None:
-        try:
-            by = self.service.act(cluster_id, action)
+    async def act(self, cluster_id: str, action: str) -> None:
+        try:  # on a thread: the owner's answer (or a dead owner's scancel) never blocks the server's loop
+            by = await asyncio.to_thread(self.service.act, cluster_id, action)
         except NotFound as e:
             raise tornado.web.HTTPError(404, str(e)) from e
         except Refused as e:
@@ -83,14 +84,14 @@ class ClusterHandler(_ClustersBase):
     @tornado.web.authenticated
     @authorized
     async def delete(self, cluster_id: str) -> None:
-        self.act(cluster_id, "stop")
+        await self.act(cluster_id, "stop")
 
 
 class ClusterActionHandler(_ClustersBase):
     @tornado.web.authenticated
     @authorized
     async def post(self, cluster_id: str, action: str) -> None:
-        self.act(cluster_id, action)
+        await self.act(cluster_id, action)
 
 
 def add_handlers(web_app: Any, service: ClusterService) -> None:

@@ -154,3 +154,13 @@ def test_a_killed_owners_cluster_is_orphaned_then_gone_with_no_process_left(runt
         owner.wait()
         if owner.stdout is not None:
             owner.stdout.close()
+
+
+def test_an_owner_that_exits_without_stopping_leaves_no_file(runtime: Path) -> None:
+    code = OWNER.replace("time.sleep(600)", "sys.exit(0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime.parent)})
+    assert done.returncode == 0, done.stderr
+    pids = {int(p) for p in done.stdout.split()}
+    assert len(pids) == 2 and wait_for_no_workers(pids) == set()
+    assert os.listdir(runtime) == []
