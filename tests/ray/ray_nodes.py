@@ -1,7 +1,7 @@
 """A real Ray cluster on this machine for tests/ray: a head and two worker nodes, each on its own
 loopback address, started with ``ray start`` by the tests themselves (one per test session).
 
-Measured trap (issue 36): on a loaded 2-core machine ``ray start`` can fail with "The current node
+Measured trap: on a loaded 2-core machine ``ray start`` can fail with "The current node
 timed out during startup". The raylet waits a fixed 15 s for its dashboard agent's port files
 (``WaitForDashboardAgentPorts`` in raylet.out) and aborts when the agent, a Python process importing
 much of Ray, has not written them by then; the CLI's message hides the raylet's own one. Measured

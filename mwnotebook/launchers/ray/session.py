@@ -1,5 +1,5 @@
 """The notebook's connection to a Ray cluster and the workers' placement group, each step bounded
-and each failure a sentence naming what to do (issue 36's bad inputs): Ray not installed, an
+and each failure a sentence naming what to do: Ray not installed, an
 address nobody answers at, mismatched Ray or Python versions, a placement group that cannot or
 does not become ready. Ray's calls block, so they run in threads (:func:`asyncio.to_thread`).
 """
