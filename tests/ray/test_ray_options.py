@@ -55,3 +55,16 @@ def test_a_version_mismatch_says_what_to_install() -> None:
 def test_a_connection_failure_names_ray_client_and_the_head_logs() -> None:
     text = str(init_error("10.0.0.5:6379", ConnectionError("Could not find any running Ray instance")))
     assert "--ray ray://HEAD_HOST:10001" in text and "raylet.out" in text
+
+
+
+def test_the_ray_launcher_declares_what_it_has() -> None:
+    """A Ctrl-C ends a wait for Ray's placement; a lost node's bundle is placed again. Made without
+    connecting (Ray is imported, nothing is reached until the first start)."""
+    from mwnotebook.launchers.capabilities import AbortsStart, Isolates, ReplacesNodes
+    from mwnotebook.launchers.ray.launcher import RayLauncher
+
+    launcher = RayLauncher.from_spec(ClusterSpec(ray="127.0.0.1:6379", workers=2, cpus_per_worker=2))
+    assert isinstance(launcher, AbortsStart) and isinstance(launcher, ReplacesNodes)
+    assert not isinstance(launcher, Isolates)
+    assert (launcher.workers, launcher.cpus, launcher.strategy) == (2, 2, "SPREAD")
