@@ -76,12 +76,15 @@ def test_diagnoses():
     assert diagnose("ValueError", "boom") is None
 
 
-def test_events_reach_the_callers_thread_only_when_someone_observes_them():
+def test_events_reach_the_callers_thread_only_when_someone_observes_them(monkeypatch):
     """Without an observer the core gets no sink (its events never wake the caller's thread);
-    with one, every event arrives, in order, even when several were queued at once."""
+    with one, every event arrives, in order, even when several were queued at once. (The clusters
+    panel's publication, mwnotebook/registry/, observes on the loop thread; it is off here.)"""
     import threading
 
     from mwnotebook import Cluster
+
+    monkeypatch.setenv("MWNOTEBOOK_REGISTRY", "0")
 
     cluster = Cluster(workers=2, cpu=True)
     run_with_events = cluster._run_with_events  # noqa: SLF001 -- the facade's event hand-over, no workers
