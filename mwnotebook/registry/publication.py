@@ -124,6 +124,7 @@ class Publication:
         self._path: Path | None = None
         self._listener: control.ControlListener | None = None
         self._writer: threading.Thread | None = None
+        self._owner: dict[str, Any] = {}
         self._generation = 0
         self._reset()
 
@@ -155,6 +156,11 @@ class Publication:
     @property
     def cluster_id(self) -> str | None:
         return self._id
+
+    @property
+    def owner_pid(self) -> int | None:
+        """The process that published the file (a forked child inherits the object, not the file)."""
+        return self._owner.get("pid") if self._path is not None else None
 
     # -- what the facade calls -------------------------------------------------------------------
 
@@ -401,6 +407,8 @@ class Publication:
 def _remove_at_exit() -> None:
     """A kernel that ends normally leaves no state file (a killed one's is swept: orphans.py)."""
     for publication in list(_live):
+        if publication.owner_pid != os.getpid():  # a forked child exiting: the file is its parent's
+            continue
         try:
             publication.stopped()
         except Exception:

@@ -239,3 +239,23 @@ def test_the_engine_needs_no_jupyter_server() -> None:
             "loaded = [m for m in sys.modules if m.startswith(('jupyter_server', 'mwnotebook.server'))]\n"
             "assert not loaded, loaded\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_forked_child_at_exit_leaves_its_parents_file(directory: Path) -> None:
+    from mwnotebook.registry import publication as module
+    cluster = FakeCluster()
+    pub = Publication(cluster, directory=directory, enabled=True, interval=0.05)
+    pub.watch(None)
+    cluster.started = True
+    pub.settled()
+    try:
+        path = pub.path
+        assert path is not None and wait_for(path.exists)
+        child = os.fork()
+        if child == 0:  # what a forked child's interpreter runs at exit
+            module._remove_at_exit()  # noqa: SLF001 - the atexit hook itself
+            os._exit(0)
+        assert os.waitpid(child, 0)[1] == 0
+        assert path.exists() and (directory / f"cluster-{pub.cluster_id}.sock").exists()
+    finally:
+        pub.stopped()
