@@ -26,6 +26,8 @@ SHARED_DIRS = ("remote", "slurm", "ray")
 #: The modules that make the peer host with its fixed addresses.
 PEER_HOST = "peer-host"
 _PEER_HOST_MODULES = ("integration/test_network_isolation.py", "tf/test_ps_roles.py")
+#: Modules outside tests/remote that use its SSH test hosts (their session fixture): the remote group's.
+_REMOTE_MODULES = ("panel/remote/test_remote_publication.py",)
 
 
 def group_of(path: Path) -> str:
@@ -34,6 +36,8 @@ def group_of(path: Path) -> str:
     top = relative.split("/")[0]
     if top in SHARED_DIRS:
         return top
+    if relative in _REMOTE_MODULES:
+        return "remote"
     if relative in _PEER_HOST_MODULES:
         return PEER_HOST
     return relative
