@@ -28,6 +28,8 @@ PEER_HOST = "peer-host"
 _PEER_HOST_MODULES = ("integration/test_network_isolation.py", "tf/test_ps_roles.py")
 #: Modules outside tests/remote that use its SSH test hosts (their session fixture): the remote group's.
 _REMOTE_MODULES = ("panel/remote/test_remote_publication.py",)
+#: Likewise for tests/slurm's Slurm test cluster: the slurm group's.
+_SLURM_MODULES = ("panel/slurm/test_slurm_publication.py",)
 
 
 def group_of(path: Path) -> str:
@@ -38,6 +40,8 @@ def group_of(path: Path) -> str:
         return top
     if relative in _REMOTE_MODULES:
         return "remote"
+    if relative in _SLURM_MODULES:
+        return "slurm"
     if relative in _PEER_HOST_MODULES:
         return PEER_HOST
     return relative
