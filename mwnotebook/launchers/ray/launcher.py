@@ -298,8 +298,8 @@ class RayLauncher:
             await asyncio.gather(*stops, return_exceptions=True)
             for relay in relays:
                 try:
-                    ray.kill(relay.actor)
-                except Exception:  # already gone with its node
+                    await asyncio.wait_for(asyncio.to_thread(ray.kill, relay.actor), 10)
+                except Exception:  # already gone with its node, or the head is gone
                     log.debug("ray.kill of a relay failed", exc_info=True)
         placement, self._placement = self._placement, None
         if placement is not None:

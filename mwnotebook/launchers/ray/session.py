@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -25,6 +26,13 @@ log = logging.getLogger(__name__)
 REACH_SECONDS = 5.0
 #: How often a waiting placement group is looked at again (an abort is noticed this fast).
 PLACEMENT_POLL_SECONDS = 0.5
+#: Ray's setting for how long a driver waits for a lost head before it ends its own process, and
+#: what it is here unless the user set it: a notebook kernel outlives a lost head (its workers end
+#: anyway: the nodes' raylets end the relay actors, and the agents and kernels die with them).
+RECONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+HEAD_LOSS_SECONDS = 10**9
+#: A bound on Ray's own calls at cluster stop (a lost head would hold them forever).
+STOP_CALL_SECONDS = 10.0
 
 
 def import_ray() -> Any:
@@ -110,11 +118,18 @@ class RaySession:
         kernel's SIGTERM handler with one that exits; its warning that it did not is dropped."""
         worker_log = logging.getLogger("ray._private.worker")
         worker_log.addFilter(_not_the_sigterm_note)
+        # Ray ends a driver's whole process when the head stays unreachable for this long (60 s by
+        # default): here that process is the user's notebook kernel. Read once, by ray.init.
+        patient = RECONNECT_ENV not in os.environ
+        if patient:
+            os.environ[RECONNECT_ENV] = str(HEAD_LOSS_SECONDS)
         try:
             self.ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
                           configure_logging=False)
         finally:
             worker_log.removeFilter(_not_the_sigterm_note)
+            if patient:
+                os.environ.pop(RECONNECT_ENV, None)
         self._ours = True
 
     def wrap(self, ref: Any) -> asyncio.Future[Any]:
@@ -126,7 +141,10 @@ class RaySession:
 
     async def close(self) -> None:
         if self._ours and self.ray.is_initialized():
-            await asyncio.to_thread(self.ray.shutdown)
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self.ray.shutdown), STOP_CALL_SECONDS)
+            except asyncio.TimeoutError:
+                log.warning("ray.shutdown did not return within %.0f s (is the head gone?)", STOP_CALL_SECONDS)
         self._ours = False
 
 
@@ -239,6 +257,6 @@ class Placement:
             from ray.util.placement_group import remove_placement_group
 
             try:
-                await asyncio.to_thread(remove_placement_group, group)
+                await asyncio.wait_for(asyncio.to_thread(remove_placement_group, group), STOP_CALL_SECONDS)
             except Exception:  # the cluster is gone: so is the group
                 log.debug("removing the placement group failed", exc_info=True)
