@@ -7,9 +7,9 @@ there"), and mypy checks the implementations. Who has what today:
 | capability | implemented by |
 |---|---|
 | :class:`Isolates` (``isolated``) | ``launchers/local/launcher.py`` ``LocalLauncher`` |
-| :class:`AbortsStart` (``abort_start``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher``, ``launchers/ray/launcher.py`` ``RayLauncher`` |
+| :class:`AbortsStart` (``abort_start``) | ``SlurmLauncher``, ``RayLauncher`` |
 | :class:`ReportsJob` (``status``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
-| :class:`ReplacesNodes` (``replace_lost_nodes``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher``, ``launchers/ray/launcher.py`` ``RayLauncher`` |
+| :class:`ReplacesNodes` (``replace_lost_nodes``) | ``SlurmLauncher``, ``RayLauncher`` |
 | :class:`HasLogTail` (``log_tail``) | local and remote kernel handles |
 | :class:`TakesStacks` (``take_stacks``) | remote kernel handles (``launchers/remote/kernel_handle.py``) |
 | :class:`HasConnectionFile` (``connection_file``) | local kernel handles (forked or fresh) |
