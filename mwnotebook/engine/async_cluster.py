@@ -72,6 +72,12 @@ class AsyncCluster:
         self._cell_code: str | None = None
         #: Where workers moved in a restart still under way (lines for its RunRestarted).
         self._moved: list[str] = []
+        #: The restart begun after a failed cell (:meth:`restart_in_background`), while it is under way
+        #: or failed unseen: if it fails, the next start begins afresh instead of raising its error.
+        self._background_restart: asyncio.Future[None] | None = None
+        #: Whether a start has completed since the launcher was made: a later start finding no
+        #: workers (a restart that failed, a kill) begins afresh with a new launcher (:meth:`_start`).
+        self._lived = False
 
     # -- what one can read ---------------------------------------------------------------------
 
@@ -128,6 +134,17 @@ class AsyncCluster:
         """
         if self.started:
             return
+        restart, self._background_restart = self._background_restart, None
+        if restart is not None:
+            try:
+                await asyncio.shield(restart)
+            except Exception as exc:  # no dead end: the next cell starts afresh
+                log.warning("the restart after the last failed cell did not bring the workers back (%s); "
+                            "starting a fresh cluster", exc)
+            if self._start_task is restart:
+                self._start_task = None
+            if self.started:
+                return
         if self._start_task is None:
             task = asyncio.ensure_future(self._start(on_event))
             task.add_done_callback(self._start_finished)
@@ -139,6 +156,8 @@ class AsyncCluster:
             refused = notebook_coordinator.refusal(self.spec.force)
             if refused is not None:
                 raise refused
+        if self._lived and self._group.launcher is not None:
+            await self._leave_the_last_life()
         try:
             await self._group.place()
             await self._start_servers()
@@ -146,11 +165,27 @@ class AsyncCluster:
                 self._roles.join_here(self._group.envs[0]["TF_CONFIG"], self._group.addresses)
                 self._states.set(0, "notebook")
                 log.info("%s", self.notebook_notice)
+                self._lived = True
                 return
             await self._group.start(self._states.sink(on_event or ignore_event))
         except BaseException:
+            await self._roles.stop_servers()
             await self._group.close()
             raise
+        self._lived = True
+
+    async def _leave_the_last_life(self) -> None:
+        """Before a start that finds no cell kernels although the cluster ran (a ``--max-restarts``
+        restart that could not bring them back, a lost ps whose restart failed, a cell killed during a
+        restart): end what is left of that life -- the servers, the launcher's ports, namespace and
+        files -- so the start is as fresh as one after ``%mwcluster stop``. Nothing the user made is
+        lost here: the variables went with the workers."""
+        log.warning("the cluster's workers are gone: starting a fresh cluster")
+        await self._group.drop_release()
+        await self._group.end(lambda w: w.kill())
+        await self._roles.stop_servers()
+        await self._group.close()
+        self._lived = False
 
     async def _start_servers(self) -> None:
         launcher = self._group.launcher
@@ -189,7 +224,7 @@ class AsyncCluster:
 
         task = asyncio.ensure_future(start_fresh())
         task.add_done_callback(self._start_finished)
-        self._start_task = task
+        self._start_task = self._background_restart = task
 
     async def stop(self) -> None:
         """Shut every worker down (politely, then by force) and release ports and files."""
@@ -202,6 +237,8 @@ class AsyncCluster:
         """Stop every worker at once, no questions asked (used at interpreter exit)."""
         self._group.abort_start()
         await self._end_workers(kill=True)
+        for i in range(len(self._states.snapshot())):
+            self._states.set(i, "stopped")
         await self._group.close()
 
     async def _end_workers(self, kill: bool) -> None:
@@ -209,6 +246,8 @@ class AsyncCluster:
         missed), then every worker is ended in parallel, then the servers."""
         if self._start_task is not None:
             await asyncio.gather(asyncio.shield(self._start_task), return_exceptions=True)
+        self._background_restart = None
+        self._lived = False
         await self._group.drop_release()
         await self._group.end((lambda w: w.kill()) if kill else (lambda w: w.shutdown()))
         await self._roles.stop_servers()
@@ -313,8 +352,9 @@ class AsyncCluster:
 
     async def _ready_for_a_cell(self, on_event: EventSink | None) -> None:
         """Wait for a start or restart under way and for the last cell's release; restart a
-        cluster whose parameter server was lost between cells."""
-        if not self._group.workers and self._start_task is not None:
+        cluster whose parameter server was lost between cells; start afresh a cluster whose workers
+        are gone (a restart that could not bring them back: no dead end)."""
+        if not self._group.workers and (self._start_task is not None or self._lived):
             await self.start()
         await self._group.wait_for_release()
         if not self._group.workers:

@@ -89,8 +89,7 @@ class WorkerGroup:
         launcher = self._launcher
         for i in range(self._count):
             _state(emit, i, "starting")
-        started = await asyncio.gather(*(launcher.start(i, env) for i, env in enumerate(self._envs)),
-                                       return_exceptions=True)
+        started = await _launch_all(launcher, self._envs)
         workers = [Worker(h, self._late) for h in started if not isinstance(h, BaseException)]
         failed = [exc for exc in started if isinstance(exc, BaseException)]
         try:
@@ -184,6 +183,22 @@ class WorkerGroup:
         if self._launcher is not None:
             await self._launcher.close()
             self._launcher = None
+
+
+async def _launch_all(launcher: Launcher, envs: list[dict[str, str]]) -> list[Any]:
+    """Every kernel's launch, each outcome a handle or the exception. A cancel (a cell killed by a
+    second Ctrl-C while its ``--max-restarts`` restart starts fresh workers) waits for the launches
+    under way and kills what they started: a launch runs partly in a thread, so without this a
+    kernel started after the cancel would be left running with nobody holding its handle."""
+    launches = asyncio.ensure_future(asyncio.gather(*(launcher.start(i, env) for i, env in enumerate(envs)),
+                                                    return_exceptions=True))
+    try:
+        return await asyncio.shield(launches)
+    except asyncio.CancelledError:
+        started = await launches
+        await asyncio.gather(*(h.kill() for h in started if not isinstance(h, BaseException)),
+                             return_exceptions=True)
+        raise
 
 
 def _ignore(_msg: dict[str, Any]) -> None:

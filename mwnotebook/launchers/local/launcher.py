@@ -26,7 +26,7 @@ from jupyter_client.launcher import launch_kernel
 from jupyter_client.session import new_id_bytes
 
 from mwnotebook.config.tf_config import PortReservation, format_address
-from mwnotebook.errors import ClusterStartError
+from mwnotebook.errors import CannotRestartError, ClusterStartError
 from mwnotebook.launchers.local.handles import ForkedKernelHandle, LocalKernelHandle
 from mwnotebook.launchers.local.netns import NamespaceUnavailable, NetworkNamespace
 from mwnotebook.launchers.local.template_pool import (
@@ -180,9 +180,11 @@ class LocalLauncher:
     async def start(self, index: int, env: Mapping[str, str]) -> LocalKernelHandle:
         self._check_interpreter(index)
         if self._namespace is not None and not self._namespace.alive():
-            raise ClusterStartError(
+            # Trying again cannot bring it back; the next cell starts the cluster afresh
+            # (engine/async_cluster.py, AsyncCluster.start): a new launcher, a new namespace.
+            raise CannotRestartError(
                 "the private network namespace of this cluster is gone (its holder process ended); "
-                "run %mwcluster stop and start again", worker=index)
+                "the next cell starts a fresh cluster in a new one", worker=index)
         name = f"worker-{index}-{uuid.uuid4().hex[:8]}"
         connection_file = os.path.join(self.runtime_dir, f"{name}.json")
         # IPC paths must stay short (unix socket paths are limited to ~107 bytes).
