@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.engine.cell.fresh_coordinator import needs_fresh_coordinator, rerun_line
 from mwnotebook.engine.cell.late_output import LateOutput
-from mwnotebook.engine.cell.restarts import HOST_WAIT_SECONDS, CellLimits, run_with_restarts
+from mwnotebook.engine.cell.restarts import HOST_WAIT_SECONDS, CellLimits, RestartOutcome, run_with_restarts
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cell.run import CellRun, CellVerdict
 from mwnotebook.engine.cell.stacks import StacksReport, dump_stacks
@@ -38,7 +40,7 @@ from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.engine.workers.lifecycle import WorkerGroup
 from mwnotebook.errors import ClusterInterrupted, ClusterStateError, WorkerFailure
 from mwnotebook.launchers import Launcher
-from mwnotebook.shared.events import EventSink
+from mwnotebook.shared.events import EventSink, WorkerOutput
 
 log = logging.getLogger(__name__)
 
@@ -320,12 +322,18 @@ class AsyncCluster:
 
         async def run_once(sink: EventSink) -> CellVerdict:
             return await CellRun(self._group.workers, code, limits.timeout, abort, sink, names=names).run()
-        try:
-            outcome = await run_with_restarts(
+
+        async def run_with_its_restarts() -> RestartOutcome:
+            return await run_with_restarts(
                 run_once, lambda: self._replace_workers(fresh_setup, emit), self._states.sink(emit),
                 limits.max_restarts, host_wait=self.restart_host_wait, aborted=abort.is_set)
+        try:
+            outcome = await run_with_its_restarts()
+            if needs_fresh_coordinator(outcome.verdict) and not abort.is_set():
+                await self._fresh_coordinator(fresh_setup, emit)
+                outcome = await run_with_its_restarts()
             verdict = outcome.verdict
-            lost_ps = self._roles.lost_ps
+            lost_ps = self._roles.lost_ps if verdict.ok else await self._roles.check_lost_ps()
             if lost_ps is not None:
                 # Variables are gone with the ps: only fresh tasks and a fresh coordinator can go on.
                 await self.restart_in_background()
@@ -349,6 +357,17 @@ class AsyncCluster:
                 self._group.release_later()
             self._running = False
             self._abort = None
+
+    async def _fresh_coordinator(self, setup: str | None, emit: EventSink) -> None:
+        """A cell made a second ParameterServerStrategy in the coordinator kernel: replace the cell
+        kernels (the servers too if a ps is gone), saying so in one line of the cell's output, before
+        the cell runs again (engine/cell/fresh_coordinator.py)."""
+        kept = await self._roles.every_ps_alive()
+        line = rerun_line(servers_kept=kept)
+        self._states.sink(emit)(WorkerOutput(worker=0, msg_type="stream", content={"name": "stderr", "text": line}))
+        began = time.monotonic()
+        await self._replace_workers(setup, emit)
+        log.info("%s (fresh coordinator kernel in %.1f s)", line.strip(), time.monotonic() - began)
 
     async def _ready_for_a_cell(self, on_event: EventSink | None) -> None:
         """Wait for a start or restart under way and for the last cell's release; restart a

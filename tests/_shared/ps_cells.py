@@ -42,3 +42,12 @@ history = model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn), epoc
                     steps_per_epoch=20, verbose=2)
 print("losses", " ".join(f"{v:.4f}" for v in history.history["loss"]))
 '''
+
+
+#: :data:`PS_FIT` as TensorFlow's tutorial writes it: the cell makes its own strategy from the
+#: resolver (no ``mw``), so each run builds a new ParameterServerStrategy in the coordinator kernel.
+STOCK_PS_FIT = PS_FIT.replace(
+    "import mwnotebook.worker as mw\nstrategy = mw.ps_strategy()\n",
+    "resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()\n"
+    "strategy = tf.distribute.ParameterServerStrategy(resolver)\n")
+assert STOCK_PS_FIT != PS_FIT

@@ -7,6 +7,7 @@ tests after them need other layouts and start their own clusters."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -18,9 +19,10 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.engine.roles.task_servers import ParameterServerLost
+from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput
 
-from .._shared.ps_cells import PS_FIT, ps_counter_cell
+from .._shared.ps_cells import PS_FIT, STOCK_PS_FIT, ps_counter_cell
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -293,20 +295,50 @@ def test_max_restarts_after_a_lost_ps_renews_every_task_and_the_cell_resumes_fro
 STOCK = ps_counter_cell(5, "stock")
 
 
-def test_stock_tutorial_code_works_once_and_is_refused_with_a_reason_on_rerun_then_nothing_is_left():
+def test_stock_tutorial_code_reruns_in_a_fresh_coordinator_and_nothing_is_left():
+    """The second run's ParameterServerStrategy is refused in the old coordinator kernel; the cell
+    then runs again, once, in a fresh one (the servers kept), and says so in one line."""
     with Cluster(workers=1, ps=1, cpu=True) as cluster:
         cluster.start()
         assert "stock 5.0" in cluster.run(STOCK, timeout=300).stdout(0)
+        first = {i.pid for i in cluster.status() if i.runs_cell}
+        servers = dict(cluster.server_pids)
+        result = cluster.run(STOCK, timeout=300)
+        assert "stock 5.0" in result.stdout(0)  # a fresh variable, every step once
+        assert servers == cluster.server_pids  # the servers were kept
+        assert not first & {i.pid for i in cluster.status() if i.runs_cell}  # a fresh coordinator
         with pytest.raises(Exception, match="can connect to its cluster only once"):
-            cluster.run(STOCK, timeout=120)
-        pids = {p for p in cluster.server_pids.values() if p} | {i.pid for i in cluster.status() if i.pid}
-        assert len(pids) == 3
+            cluster.run(STOCK + STOCK, timeout=300)  # two in one run: refused in the fresh kernel too
+        pids = (first | {p for p in cluster.server_pids.values() if p}
+                | {i.pid for i in cluster.status() if i.pid})
+        assert len(pids) == 4
     deadline = time.monotonic() + 20  # generous: kills are asynchronous on a loaded machine
     alive = pids
     while alive and time.monotonic() < deadline:
         alive = {p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
         time.sleep(0.1)
     assert not alive, alive
+
+
+def test_the_stock_fit_cell_runs_three_times_in_one_cluster_each_time_training_afresh():
+    """TensorFlow's tutorial cell (resolver, ParameterServerStrategy, fit with steps_per_epoch) run
+    three times in one ``--ps 1 --workers 2`` cluster, as a notebook user reruns a cell."""
+    with Cluster(workers=2, ps=1, cpu=True) as cluster:
+        cluster.start()
+        servers = dict(cluster.server_pids)
+        for run in range(3):
+            out, err = io.StringIO(), io.StringIO()
+            relay = TextRelay(out, err, names=cluster.spec.layout.kernel_names())
+            result = cluster.run(STOCK_PS_FIT.replace("EPOCHS", "3"), on_event=relay, timeout=300)
+            relay.flush()
+            values = losses(result.stdout(0), "losses")
+            assert len(values) == 3 and values[-1] < values[0], (run, values)
+            notes = [line for line in err.getvalue().splitlines() if "second ParameterServerStrategy" in line]
+            assert len(notes) == (0 if run == 0 else 1), err.getvalue()
+            if run:
+                assert notes[0].startswith("[coordinator] mwnotebook: ") and "servers kept running" in notes[0]
+        assert cluster.server_pids == servers
+        assert all(i.alive for i in cluster.status())
 
 
 CHIEF_CELL = r'''

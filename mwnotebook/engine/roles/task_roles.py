@@ -63,6 +63,10 @@ class TaskRoles:
         """The first parameter server lost since the servers started, and how it ended."""
         return self._servers.lost_ps if self._servers is not None else None
 
+    async def check_lost_ps(self) -> tuple[Task, str] | None:
+        """:attr:`lost_ps`, the parameter servers looked at now (not only at the watch loop's pace)."""
+        return await self._servers.check_ps_now() if self._servers is not None else None
+
     async def every_ps_alive(self) -> bool:
         return self._servers is None or await self._servers.every_ps_alive()
 

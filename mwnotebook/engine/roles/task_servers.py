@@ -167,6 +167,18 @@ class TaskServers:
         await asyncio.gather(*(s.kill() for s in servers), return_exceptions=True)
         self.states = {task: "stopped" for task in self._envs}
 
+    async def check_ps_now(self) -> tuple[Task, str] | None:
+        """:attr:`lost_ps`, after looking at the parameter servers now: a cell's error can come before
+        the watch loop's next look (the coordinator hears of the loss over gRPC at once; measured
+        under load: an UnavailableError instead of the cause-first ParameterServerLost). The watch
+        loop still ends the lost server; it does not report the loss again."""
+        if self.lost_ps is None:
+            for task, server in list(self.servers.items()):
+                if task.type == "ps" and not await server.handle.is_alive():
+                    self.lost_ps = (task, server.handle.exit_description() or "ended")
+                    break
+        return self.lost_ps
+
     async def every_ps_alive(self) -> bool:
         """False once a parameter server was lost, also before the watch loop has noticed it."""
         if self.lost_ps is not None:
