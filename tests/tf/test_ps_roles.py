@@ -341,6 +341,25 @@ def test_the_stock_fit_cell_runs_three_times_in_one_cluster_each_time_training_a
         assert all(i.alive for i in cluster.status())
 
 
+def test_the_stock_fit_cell_rerun_in_mwtrain_says_what_happened_in_one_line(capsys):
+    """The issue's reproduction, as a new user would: one %%mwtrain --ps 1 --workers 2 cell with
+    TensorFlow's tutorial code, run twice in a (terminal-style) IPython shell."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "mwnotebook")
+    try:
+        for run in range(2):
+            shell.run_cell_magic("mwtrain", "--ps 1 --workers 2 --cpu --no-dashboard",
+                                 STOCK_PS_FIT.replace("EPOCHS", "2"))
+            out = capsys.readouterr()
+            assert "[coordinator] losses " in out.out, out
+            notes = [line for line in (out.out + out.err).splitlines() if "second ParameterServerStrategy" in line]
+            assert len(notes) == run, out
+    finally:
+        shell.run_line_magic("mwcluster", "stop")
+
+
 CHIEF_CELL = r'''
 import tensorflow as tf
 import mwnotebook.worker as mw
