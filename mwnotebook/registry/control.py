@@ -10,13 +10,14 @@ state file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,29 @@ log = logging.getLogger(__name__)
 
 ACTIONS = ("interrupt", "restart", "stop")
 _MAX_REQUEST = 4096
+
+
+#: A unix socket's path must fit in ``sockaddr_un.sun_path`` (108 bytes on Linux, with its NUL).
+_SUN_PATH_MAX = 107
+
+
+@contextlib.contextmanager
+def reachable(path: Path) -> Iterator[str]:
+    """A name for ``path`` that ``bind``/``connect`` accept, however long the directory's path is.
+
+    A Jupyter runtime directory can be deep (a long home, a test's temporary folder), and a unix
+    socket's path is capped at 107 bytes. A longer one is reached through an ``O_PATH`` handle on
+    its directory (``/proc/self/fd/N/NAME``), so the socket still lives where the state file says.
+    """
+    name = os.fspath(path)
+    if len(os.fsencode(name)) <= _SUN_PATH_MAX:
+        yield name
+        return
+    directory = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{directory}/{path.name}"
+    finally:
+        os.close(directory)
 
 
 class ControlError(RuntimeError):
@@ -51,7 +75,8 @@ class ControlListener:
                 path.unlink()
             except FileNotFoundError:
                 pass
-            self._sock.bind(str(path))
+            with reachable(path) as name:
+                self._sock.bind(name)
         finally:
             os.umask(old_umask)
         self._sock.listen(8)
@@ -129,7 +154,8 @@ def send(path: str | os.PathLike[str], action: str, timeout: float = 5.0) -> Non
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
-            sock.connect(os.fspath(path))
+            with reachable(Path(path)) as name:
+                sock.connect(name)
             sock.sendall(json.dumps({"action": action}).encode() + b"\n")
             data = b""
             while b"\n" not in data:

@@ -8,7 +8,10 @@ share a session fixture or a machine-wide resource go to the same process, one a
 * tests/remote: the session's SSH test hosts (tests/remote/conftest.py);
 * tests/slurm: the session's Slurm test cluster (tests/slurm/conftest.py). Both make network
   namespaces on a free ``10.213.N.0/24`` subnet, named after their process, and take the subnet
-  under a lock (tests/_shared/netns_hosts.py), so the two groups may run at the same time;
+  under a lock (tests/_shared/netns_hosts.py), so the two groups may run at the same time. A test
+  of another feature on those hosts (the clusters panel's) lives in that directory: a session
+  fixture imported into a second conftest.py is a second fixture, and made a second namespace of the
+  same name in the same process (the first CI run of that layout: "File exists");
 * tests/ray: the session's Ray test cluster (tests/ray/conftest.py: a head and two nodes on
   fixed loopback addresses and ports);
 * the peer "other machine" namespace with its fixed addresses (tests/integration/
@@ -26,10 +29,6 @@ SHARED_DIRS = ("remote", "slurm", "ray")
 #: The modules that make the peer host with its fixed addresses.
 PEER_HOST = "peer-host"
 _PEER_HOST_MODULES = ("integration/test_network_isolation.py", "tf/test_ps_roles.py")
-#: Modules outside tests/remote that use its SSH test hosts (their session fixture): the remote group's.
-_REMOTE_MODULES = ("panel/remote/test_remote_publication.py",)
-#: Likewise for tests/slurm's Slurm test cluster: the slurm group's.
-_SLURM_MODULES = ("panel/slurm/test_slurm_publication.py",)
 
 
 def group_of(path: Path) -> str:
@@ -38,10 +37,6 @@ def group_of(path: Path) -> str:
     top = relative.split("/")[0]
     if top in SHARED_DIRS:
         return top
-    if relative in _REMOTE_MODULES:
-        return "remote"
-    if relative in _SLURM_MODULES:
-        return "slurm"
     if relative in _PEER_HOST_MODULES:
         return PEER_HOST
     return relative

@@ -136,6 +136,24 @@ def test_the_control_channel_takes_known_actions_only(directory: Path) -> None:
         control.send(directory / "c.sock", "stop")
 
 
+def test_the_channel_works_in_a_runtime_directory_deeper_than_a_socket_path_allows(tmp_path: Path) -> None:
+    """A Jupyter runtime directory can be deep (a long home; pytest-xdist's temporary folders made
+    the first CI run fail with "AF_UNIX path too long"): the socket still lives there and answers."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "mwnotebook"
+    state.ensure_dir(deep)
+    path = deep / "cluster-0123456789abcdef.sock"
+    assert len(os.fsencode(str(path))) > 108
+    asked: list[str] = []
+    listener = control.ControlListener(path, lambda action: asked.append(action) or None)
+    try:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        control.send(path, "stop")
+        assert asked == ["stop"]
+    finally:
+        listener.close()
+    assert not path.exists()
+
+
 def test_the_channel_passes_on_the_owners_refusal(directory: Path) -> None:
     listener = control.ControlListener(directory / "c.sock", lambda action: "a stop from the panel is under way")
     try:
