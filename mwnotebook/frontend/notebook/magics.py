@@ -115,6 +115,7 @@ class NotebookSession:
         self.last_result: RunResult | None = None
         self._security_notice_shown = False
         self._announced: Cluster | None = None
+        self._announced_addresses: list[str] = []
         self.keras = KerasChoice()
 
     def cluster_for(self, spec: ClusterSpec) -> Cluster:
@@ -135,9 +136,9 @@ class NotebookSession:
 
         Reads what the started cluster holds: its kernels' TF_CONFIGs and hosts, and the addresses
         its launcher placed every task on (no status round trip to the workers)."""
-        if self._announced is cluster:
-            return
-        self._announced = cluster
+        if self._announced is cluster and self._announced_addresses == cluster.addresses:
+            return  # a cluster started afresh after a failed restart has new addresses: shown again
+        self._announced, self._announced_addresses = cluster, cluster.addresses
         hosts = [worker.handle.host for worker in cluster.workers]
         publish_display_data(tf_config_bundle(cluster.tf_configs, hosts))
         if not self._security_notice_shown:
