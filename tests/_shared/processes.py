@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import psutil
 
@@ -23,6 +24,7 @@ MW_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.netns_
 #: serves every cluster of its process and ends with that process.
 CLUSTER_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.netns_holder")
 PR_SET_CHILD_SUBREAPER = 36
+T = TypeVar("T")
 
 
 def is_worker(proc: psutil.Process, modules: tuple[str, ...] = WORKER_MODULES) -> bool:
@@ -97,3 +99,14 @@ class OrphanScan:
             time.sleep(0.1)
             left = alive_workers(left, self.modules)
         return left
+
+
+def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:
+    """Poll ``check`` until it returns something truthy and return that; a hang bound, not a timing."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")

@@ -1,4 +1,5 @@
-"""The training cell of the two-worker seed tutorial (kept verbatim in tests/data/seed_train.py) and the line each worker must print."""
+"""The training cell of the two-worker seed tutorial (kept verbatim in tests/data/seed_train.py) and the line each
+worker must print; a long all-reduce loop for tests that kill a worker or a host mid-training."""
 
 from pathlib import Path
 
@@ -8,3 +9,23 @@ SEED_CELL = (Path(__file__).resolve().parents[1] / "data" / "seed_train.py").rea
 def expected_line(worker: int) -> str:
     return (f"worker={worker} replicas=2 initial_loss=0.7459 final_loss=0.4168 "
             "final_accuracy=0.8281")
+
+
+#: A long MultiWorkerMirroredStrategy loop: every step is an all-reduce across the workers; it prints
+#: "training" once the first step is through.
+LONG_RUN = """
+import time
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+@tf.function
+def step():
+    return strategy.reduce(tf.distribute.ReduceOp.SUM,
+                           strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+step()
+print("training", flush=True)
+for _ in range(100000):
+    step()
+    time.sleep(0.01)
+"""

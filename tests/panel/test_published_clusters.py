@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 
 from mwnotebook import Cluster, ClusterRunError
 from mwnotebook.registry import control, orphans, state
+from tests._shared import processes
 
 from ..conftest import alive_workers, wait_for_no_workers
 
@@ -30,18 +30,13 @@ def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "rt" / "mwnotebook"
 
 
+def wait_for(check: Any, timeout: float = 30.0) -> Any:
+    return processes.wait_for(check, timeout)
+
+
 def documents(directory: Path) -> list[dict[str, Any]]:
     return [doc for _, doc in state.read_all(directory)]
 
-
-def wait_for(check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def test_a_running_cluster_publishes_its_workers_and_leaves_nothing_when_stopped(runtime: Path) -> None:

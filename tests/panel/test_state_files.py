@@ -7,7 +7,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from mwnotebook.registry import control, orphans, processes, state
 from mwnotebook.registry.publication import Publication
 from mwnotebook.shared.events import RunRestarted, WorkerOutput, WorkerStateChanged
+from tests._shared import processes as test_processes
 
 NOBODY = 65534
 
@@ -25,6 +25,10 @@ def directory(tmp_path: Path) -> Path:
     d = tmp_path / "mwnotebook"
     state.ensure_dir(d)
     return d
+
+
+def wait_for(check: Any, timeout: float = 10.0) -> Any:
+    return test_processes.wait_for(check, timeout)
 
 
 def sleeper(new_session: bool = True) -> subprocess.Popen[bytes]:
@@ -191,15 +195,6 @@ class FakeCluster:
         self.calls.append("stop")
         self.event.set()
 
-
-def wait_for(check: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def test_a_publication_follows_start_cell_error_and_stop(directory: Path) -> None:

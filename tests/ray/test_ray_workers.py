@@ -20,30 +20,13 @@ import pytest
 from mwnotebook import Cluster, ClusterRunError, ClusterStartError
 from mwnotebook.shared.events import Event, WorkerOutput
 from tests._shared.processes import running
-from tests._shared.seed_cell import SEED_CELL, expected_line
+from tests._shared.seed_cell import LONG_RUN, SEED_CELL, expected_line
 from tests.ray import ray_nodes
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: A long MultiWorkerMirroredStrategy loop: every step is an all-reduce across both nodes.
-LONG_RUN = """
-import time
-import tensorflow as tf
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-
-@tf.function
-def step():
-    return strategy.reduce(tf.distribute.ReduceOp.SUM,
-                           strategy.run(lambda: tf.constant(1.0)), axis=None)
-
-step()
-print("training", flush=True)
-for _ in range(100000):
-    step()
-    time.sleep(0.01)
-"""
 
 
 def placement_groups(address: str) -> list[str]:

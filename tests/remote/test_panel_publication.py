@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,14 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.registry import control, orphans, state
-from tests._shared import netns_hosts
+from tests._shared import netns_hosts, processes
 
 pytestmark = pytest.mark.remote
 
 
+
 def wait_for(check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
+    return processes.wait_for(check, timeout, interval=0.1)
 
 
 def published(directory: Path) -> list[tuple[Path, dict[str, Any]]]:

@@ -16,7 +16,7 @@ from mwnotebook import Cluster, ClusterStartError, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
 from tests._shared import netns_hosts
 from tests._shared.processes import running, wait_gone
-from tests._shared.seed_cell import SEED_CELL, expected_line
+from tests._shared.seed_cell import LONG_RUN, SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -83,23 +83,6 @@ def test_start_error_names_the_host_and_leaves_nothing(ssh_home: netns_hosts.Tes
     # ssh_home checks that nothing was left on mwhost0 (its port holder, its spare agent).
 
 
-#: A long MultiWorkerMirroredStrategy loop: every step is an all-reduce across both hosts.
-LONG_RUN = """
-import time
-import tensorflow as tf
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-
-@tf.function
-def step():
-    return strategy.reduce(tf.distribute.ReduceOp.SUM,
-                           strategy.run(lambda: tf.constant(1.0)), axis=None)
-
-step()
-print("training", flush=True)
-for _ in range(100000):
-    step()
-    time.sleep(0.01)
-"""
 
 
 def test_killed_remote_kernel_fails_the_run_and_cleans_up(ssh_home: netns_hosts.TestNet) -> None:

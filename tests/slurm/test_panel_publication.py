@@ -8,14 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mwnotebook.registry import orphans, state
-from tests._shared import slurm_cluster
+from tests._shared import processes, slurm_cluster
 
 pytestmark = pytest.mark.slurm
 
@@ -29,14 +28,9 @@ OWNER = textwrap.dedent("""
 """)
 
 
+
 def wait_for(check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
+    return processes.wait_for(check, timeout, interval=0.1)
 
 
 def test_a_killed_owners_slurm_job_is_cancelled(slurm_env: slurm_cluster.SlurmCluster, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from mwnotebook import Cluster, ClusterInterrupted, ClusterStartError, WorkerDie
 from mwnotebook.shared.events import Event, WorkerOutput
 from tests._shared import slurm_cluster
 from tests._shared.processes import running
-from tests._shared.seed_cell import SEED_CELL, expected_line
+from tests._shared.seed_cell import LONG_RUN, SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -33,23 +33,6 @@ def established_peers(host: slurm_cluster.netns_hosts.TestHost) -> set[str]:
     return peers
 
 
-#: A long MultiWorkerMirroredStrategy loop: every step is an all-reduce across both nodes.
-LONG_RUN = """
-import time
-import tensorflow as tf
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-
-@tf.function
-def step():
-    return strategy.reduce(tf.distribute.ReduceOp.SUM,
-                           strategy.run(lambda: tf.constant(1.0)), axis=None)
-
-step()
-print("training", flush=True)
-for _ in range(100000):
-    step()
-    time.sleep(0.01)
-"""
 
 
 def kill_worker_mid_run(cluster: Cluster, pid: int, worker: int) -> None:
