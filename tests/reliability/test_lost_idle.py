@@ -65,24 +65,29 @@ LINES = 300
 #: Every worker says which request its cell is and prints LINES flushed lines (one IOPub message
 #: each); worker 0's idle for this request is dropped. With TICKER, each worker has also started a
 #: thread that prints every 0.3 s until the next cell stops it: its lines carry the kernel's latest
-#: request, so after the reply they keep arriving as this request's output.
+#: request, so after the reply they keep arriving as this request's output. Each line is one write:
+#: print() writes its parts and its newline apart, and two threads' parts interleaved under load
+#: ("tick 3line 142" lost a line in a fresh-clone CI run, a fault of the cell, not of the relay).
 CELL = f'''
-import os, threading
+import os, sys, threading
 me = get_ipython().kernel.get_parent()["header"]["msg_id"]
 _stop = threading.Event()
 def _tick():
     n = 0
     while not _stop.wait(0.3):
         n += 1
-        print("tick", n, flush=True)
+        sys.stdout.write(f"tick {{n}}\\n")  # one write a line (see the comment above CELL)
+        sys.stdout.flush()
 _ticker = threading.Thread(target=_tick, daemon=True) if TICKER else None
 if _ticker:
     _ticker.start()
 if os.environ["MWNOTEBOOK_WORKER_INDEX"] == "0":
     _drop_my_idle()
-print("request", me, flush=True)
+sys.stdout.write(f"request {{me}}\\n")
+sys.stdout.flush()
 for i in range({LINES}):
-    print("line", i, flush=True)
+    sys.stdout.write(f"line {{i}}\\n")
+    sys.stdout.flush()
 '''
 #: The next cell: stops the ticker (if any) and says how many idles the worker dropped.
 AFTER = "_stop.set()\nif _ticker:\n    _ticker.join()\nprint('dropped', len(_mw_dropped))"
