@@ -3,39 +3,21 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from tests._shared import netns_hosts
+from tests._shared.lessons import execute_lesson, text_of
 from tests._shared.seed_cell import expected_line
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
-
-ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "notebooks" / "04_remote_hosts.ipynb"
 
 
 def test_remote_hosts_notebook(ssh_home: netns_hosts.TestNet, monkeypatch: pytest.MonkeyPatch) -> None:
     h0, h1 = ssh_home.hosts
     monkeypatch.setenv("MWNOTEBOOK_HOSTS", f"{h0.alias},{h1.alias}")
     monkeypatch.setenv("MWNOTEBOOK_PYTHON", sys.executable)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, timeout=500, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT)}}).execute()
-    out_dir = ROOT / "artifacts"
-    out_dir.mkdir(exist_ok=True)
-    nbformat.write(nb, out_dir / "04_remote_hosts.executed.ipynb")
-
-    def text_of(cell: nbformat.NotebookNode) -> str:
-        parts = []
-        for output in cell.get("outputs", []):
-            parts.append(output.get("text", ""))
-            for value in output.get("data", {}).values():
-                parts.append(value if isinstance(value, str) else str(value))
-        return "\n".join(parts)
+    nb = execute_lesson("04_remote_hosts", timeout=500)
 
     code = [c for c in nb.cells if c.cell_type == "code"]
     train = next(c for c in code if c.source.startswith("%%mwtrain"))

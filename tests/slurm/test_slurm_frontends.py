@@ -9,26 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from tests._shared import slurm_cluster
+from tests._shared.lessons import ROOT, execute_lesson, text_of
 from tests._shared.seed_cell import expected_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
-
-ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "notebooks" / "06_laptop_ssh_slurm.ipynb"
-
-
-def text_of(cell: nbformat.NotebookNode) -> str:
-    parts = []
-    for output in cell.get("outputs", []):
-        parts.append(output.get("text", ""))
-        for value in output.get("data", {}).values():
-            parts.append(value if isinstance(value, str) else str(value))
-    return "\n".join(parts)
 
 
 def test_lesson_notebook_runs_the_cell_in_three_places(slurm_env: slurm_cluster.SlurmCluster,
@@ -41,12 +28,7 @@ def test_lesson_notebook_runs_the_cell_in_three_places(slurm_env: slurm_cluster.
     monkeypatch.setenv("MWNOTEBOOK_HOSTS", ",".join(h.alias for h in slurm_env.nodes))
     monkeypatch.setenv("MWNOTEBOOK_SLURM", "-N 2")
     monkeypatch.setenv("MWNOTEBOOK_PYTHON", sys.executable)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, timeout=500, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT)}}).execute()
-    out_dir = ROOT / "artifacts"
-    out_dir.mkdir(exist_ok=True)
-    nbformat.write(nb, out_dir / "06_laptop_ssh_slurm.executed.ipynb")
+    nb = execute_lesson("06_laptop_ssh_slurm", timeout=500)
 
     code = [c for c in nb.cells if c.cell_type == "code"]
     trains = [c for c in code if c.source.startswith("%%mwtrain")]
