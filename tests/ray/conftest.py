@@ -34,10 +34,14 @@ def ray_cluster() -> Iterator[ray_nodes.RayTestCluster]:
 @pytest.fixture
 def ray_env(ray_cluster: ray_nodes.RayTestCluster) -> Iterator[ray_nodes.RayTestCluster]:
     """The cluster with every worker node up (a node an earlier test killed is started again, under
-    a new node id), and afterwards the check that no relay actor of ours is left on it."""
+    a new node id, and the GCS has given up the killed one), and afterwards the check that no relay actor of ours is left on it."""
+    restarted = False
     for node in ray_cluster.workers:
         if not ray_cluster.node_alive(node):
             ray_cluster.start_worker(node)
+            restarted = True
+    if restarted:
+        print(f"Ray test cluster settled after a node's restart: {ray_cluster.wait_settled()}")
     yield ray_cluster
     deadline = time.monotonic() + 30
     while ray_cluster.actor_pids() and time.monotonic() < deadline:

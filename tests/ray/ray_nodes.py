@@ -44,6 +44,8 @@ START_ATTEMPTS = 3
 START_TIMEOUT = 180.0
 #: Object store per node: small, the tests put nothing there (Ray's minimum is 75 MiB).
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
+#: Seconds :meth:`RayTestCluster.wait_settled` waits for the GCS to give up a killed node.
+SETTLE_TIMEOUT = 90.0
 
 
 def _free(port: int) -> bool:
@@ -145,6 +147,32 @@ class RayTestCluster:
 
     def start_worker(self, node: RayNode) -> None:
         _start_node(self, node, ["--address", self.address])
+
+    def wait_settled(self, timeout: float = SETTLE_TIMEOUT) -> str:
+        """Wait until the GCS sees each worker node once, alive with its CPUs: after a node is killed
+        and started again, the GCS keeps the killed node alive until its health checks fail (measured
+        ~15-20 s). A placement group made before then can put both bundles on the other node (a
+        fresh-clone CI run: 'ValueError: 127.0.0.3 is not in list'). Returns what the GCS last saw."""
+        want = {node.ip: node.cpus for node in self.workers}
+        code = (
+            "import json, sys, time, ray\n"
+            f"ray.init(address={self.address!r}, log_to_driver=False)\n"
+            f"want = {want!r}\n"
+            f"deadline = time.monotonic() + {timeout}\n"
+            "while True:\n"
+            "    alive = [(n['NodeManagerAddress'], n['Resources'].get('CPU', 0)) for n in ray.nodes() if n['Alive']]\n"
+            "    seen = {ip: [cpus for a, cpus in alive if a == ip] for ip in want}\n"
+            "    if all(seen[ip] == [want[ip]] for ip in want) or time.monotonic() > deadline:\n"
+            "        print(json.dumps(seen)); sys.exit(0 if all(seen[ip] == [want[ip]] for ip in want) else 1)\n"
+            "    time.sleep(0.5)\n")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout + 60, env={**os.environ, **self.env()})
+        seen = (done.stdout.strip().splitlines() or ["(nothing)"])[-1]
+        if done.returncode != 0:
+            raise RuntimeError(f"the Ray test cluster did not settle within {timeout:.0f} s: the GCS sees "
+                               f"{seen} (alive worker nodes' CPUs by address), want one node each with {want}; "
+                               + done.stderr[-1500:])
+        return seen
 
     def destroy(self) -> None:
         procs = self.processes()
