@@ -20,7 +20,7 @@ from typing import Union
 
 from mwnotebook.errors import ConfigError
 
-__all__ = ["HostSpec", "parse_host", "parse_hosts", "worker_hosts"]
+__all__ = ["HostSpec", "parse_host", "parse_hosts", "resolve_host", "worker_hosts"]
 
 _ENTRY = re.compile(
     r"""^(?:(?P<user>[^@\s:*\[\]]+)@)?          # user@
@@ -144,3 +144,17 @@ def parse_tf_address(value: str | None, placement: Sequence[HostSpec]) -> dict[s
         for target in matches:
             result[target] = addr
     return result
+
+
+def resolve_host(name: str, placement: Sequence[HostSpec]) -> HostSpec:
+    """The host ``name`` means (``--place``): a ``--hosts`` entry when it names one (as written, or
+    its bare host name), else a host of its own in the same syntax (without ``*count``)."""
+    text = name.strip()
+    for spec in placement:
+        if text in (spec.target, spec.host):
+            return HostSpec(spec.host, spec.user, spec.port, 1)
+    spec = parse_host(text)
+    if spec.slots is not None:
+        raise ConfigError(f"--place host {name!r}: '*N' counts workers and belongs in --hosts; "
+                          f"write {spec.target}")
+    return HostSpec(spec.host, spec.user, spec.port, 1)

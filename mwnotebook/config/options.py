@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mwnotebook.config.spec import COLLECTIVES, MAX_WORKERS, MIXED_PRECISION, NETWORK_MODES, ClusterSpec
+from mwnotebook.config.task_placement import parse_place
 from mwnotebook.errors import ConfigError
 
 
@@ -140,6 +141,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one more kernel beside training with the evaluator's own TF_CONFIG, never "
                              "in the training cluster; the cell runs there too (branch on "
                              "mw.task_type() == 'evaluator')")
+    parser.add_argument("--place", action="append", default=[], metavar="ROLE=HOST[,HOST...]",
+                        help="with --hosts or --slurm: run a role's tasks on these hosts (ROLE: coordinator, "
+                             "chief, ps, evaluator; round-robin over the hosts; repeatable). Default: the "
+                             "coordinator on the first host, ps from the last host back, the evaluator on the last")
     parser.add_argument("--no-template", action="store_true",
                         help="start every local worker as a fresh interpreter instead of forking it from "
                              "a process that has TensorFlow imported already (slower; same workers)")
@@ -185,7 +190,8 @@ def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None 
         ray=getattr(ns, "ray", None), ray_strategy=getattr(ns, "ray_strategy", "SPREAD"),
         cpus_per_worker=getattr(ns, "cpus_per_worker", None),
         ps=getattr(ns, "ps", 0) or 0, chief=getattr(ns, "chief", False), evaluator=getattr(ns, "evaluator", False),
-        coordinator=getattr(ns, "coordinator", "kernel"), force=getattr(ns, "force", False))
+        coordinator=getattr(ns, "coordinator", "kernel"), force=getattr(ns, "force", False),
+        place=parse_place(getattr(ns, "place", None) or []))
     if hasattr(ns, "max_restarts"):
         fields["max_restarts"] = max_restarts_from(ns.max_restarts, os.environ if environ is None else environ)
     engine = fields["slurm"] is not None or fields["slurm_job"] is not None or fields["ray"] is not None

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from mwnotebook.config.hosts import HostSpec, worker_hosts
+from mwnotebook.config.hosts import HostSpec, resolve_host, worker_hosts
 from mwnotebook.config.role_checks import check_roles
 from mwnotebook.config.roles import RoleLayout
+from mwnotebook.config.task_placement import PLACE_ROLES, TaskPlacement, check_place, place_tasks
 from mwnotebook.errors import ConfigError
 
 #: More local workers than this is almost certainly a typo (each one is a full TensorFlow process).
@@ -30,6 +31,15 @@ MIXED_PRECISION = ("float16", "bfloat16")
 COORDINATORS = ("kernel", "notebook")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_max_restarts(value: object, name: str = "--max-restarts") -> int:
+    """``value`` as a restart count (a whole number >= 0; not a bool); :class:`ConfigError` naming
+    ``name`` otherwise. The one rule for the cluster's option and a run's own count
+    (``engine/cell/restarts.py`` ``CellLimits``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name} must be a whole number >= 0, got {value!r}")
+    return value
 
 
 def tf_keras_installed() -> bool:
@@ -95,9 +105,14 @@ class ClusterSpec:
     #: ``--force``: connect the notebook to a second cluster although it connected to one before
     #: (engine/roles/notebook_coordinator.py: what that risks). Needs no other processes, so not compared.
     force: bool = field(default=False, compare=False)
+    #: ``--place ROLE=HOST[,HOST...]``: where a role's tasks run instead of the default rule
+    #: (config/task_placement.py); ``{role: hosts}``, with ``--hosts`` or ``--slurm`` only.
+    place: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", dict(self.env))
+        object.__setattr__(self, "place", {str(role): (hosts,) if isinstance(hosts, str) else tuple(hosts)
+                                           for role, hosts in dict(self.place).items()})
         object.__setattr__(self, "hosts", tuple(self.hosts))
         if self.hosts:
             # validates the host syntax and the worker count
@@ -157,9 +172,9 @@ class ClusterSpec:
         from mwnotebook.config.ray_options import check_ray_spec
 
         check_ray_spec(self)
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise ConfigError(f"--max-restarts must be a whole number >= 0, got {self.max_restarts!r}")
+        check_max_restarts(self.max_restarts)
         check_roles(self)
+        self._check_place()
         if not self.startup_timeout > 0:
             raise ConfigError(f"startup_timeout must be > 0 seconds, got {self.startup_timeout!r}")
 
@@ -168,6 +183,31 @@ class ClusterSpec:
         """The TensorFlow tasks of this cluster (config/roles.py), derived here once from ``workers``,
         ``ps``, ``chief`` and ``evaluator``: every other module reads this, none recomputes it."""
         return RoleLayout(workers=self.workers, ps=self.ps, chief=self.chief, evaluator=self.evaluator)
+
+    @cached_property
+    def task_placement(self) -> TaskPlacement | None:
+        """With ``--hosts``: each task's host (config/task_placement.py), decided here once; the SSH
+        launcher starts every task where this says. None otherwise (local clusters have one host; a
+        Slurm launcher places the tasks with the same rule once it has its nodes)."""
+        if not self.placement:
+            return None
+        slots = [spec.target for spec in self.placement]
+        overrides = {role: tuple(resolve_host(h, self.placement).target for h in hosts)
+                     for role, hosts in self.place.items()}
+        return place_tasks(self.layout, slots, list(dict.fromkeys(slots)), overrides)
+
+    def _check_place(self) -> None:
+        if not self.place:
+            return
+        if not (self.hosts or self.uses_slurm):
+            raise ConfigError("--place applies with --hosts or --slurm (it says which machine runs a role's "
+                              "tasks); a local cluster runs every task on this machine. Remove --place")
+        for role in self.place:
+            if role not in PLACE_ROLES:
+                raise ConfigError(f"--place {role}=...: use one of {', '.join(PLACE_ROLES)}")
+        check_place(self.layout, self.place)
+        if self.hosts:
+            _ = self.task_placement  # every host resolved (ConfigError now, not at the start)
 
     @property
     def uses_slurm(self) -> bool:

@@ -40,14 +40,29 @@ class KernelHandle(Protocol):
 
 @runtime_checkable
 class Launcher(Protocol):
-    """Starts worker kernels. ``env`` is the full set of variables the worker needs on top of the
-    launcher's base environment (TF_CONFIG, CUDA_VISIBLE_DEVICES, ...)."""
+    """Starts the kernels of a cluster's TensorFlow tasks. ``env`` is the full set of variables the
+    kernel needs on top of the launcher's base environment (TF_CONFIG, CUDA_VISIBLE_DEVICES, ...).
+
+    Every task has a *launch slot* (config/task_placement.py ``launch_slots``): the kernels that run
+    the cell are ``0..k-1`` in ``RoleLayout.cell_tasks()`` order (MWMS replica ``i`` is slot ``i``),
+    a ``--ps`` cluster's worker and ps servers ``SERVER_SLOT_BASE + i``. A launcher that places tasks
+    on several machines is built with the cluster's ``TaskPlacement`` (the same module; SSH: the
+    spec's ``task_placement``; Slurm: placed with ``place_tasks`` once its nodes are known) and
+    starts each slot's task, and reserves each training task's port, on that task's host. A
+    launcher on one machine (local) ignores which task a slot is.
+    """
 
     async def tf_addresses(self, count: int) -> list[str]:
-        """``host:port`` of each worker's TensorFlow server (TF_CONFIG's cluster list), ports reserved."""
+        """``host:port`` of each of the ``count`` training tasks (``RoleLayout.training_tasks()``
+        order: TF_CONFIG's cluster list), each on its task's host. The ports stay reserved until the
+        next call or :meth:`close`, so a task restarted with the same environment binds its port
+        again (a lost worker server comes back on its address)."""
         ...
 
-    async def start(self, index: int, env: Mapping[str, str]) -> KernelHandle: ...
+    async def start(self, index: int, env: Mapping[str, str]) -> KernelHandle:
+        """Start the kernel of launch slot ``index`` (on its task's host); called again with the same
+        slot and ``env`` to restart a lost task."""
+        ...
 
     async def close(self) -> None:
         """Release launcher-wide resources (runtime directory, SSH connections)."""

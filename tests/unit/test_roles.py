@@ -79,9 +79,9 @@ def test_plain_cluster_has_no_grpc_fail_fast():
     ("--ps x", "--ps must be a whole number"),
     ("--ps 1 --no-legacy-keras", "--ps needs tf_keras"),
     ("--ps 1 --chief", "--chief and --ps together"),
-    ("--ps 1 --hosts a,b", "--ps starts local workers only"),
+    ("--ps 1 --slurm", "--ps starts local workers or workers on --hosts only"),
     ("--ps 1 --collective ring", "--collective applies to MultiWorkerMirroredStrategy"),
-    ("--evaluator --hosts a,b", "--evaluator starts a local kernel only"),
+    ("--evaluator --slurm", "--evaluator starts a local kernel or one on --hosts only"),
     ("--evaluator --gpus-per-worker 2", "cannot honour"),
 ])
 def test_bad_role_options(line, message):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from mwnotebook.config.roles import RoleLayout, Task
 from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.config.task_placement import launch_slots
 from mwnotebook.config.worker_env import task_envs
 from mwnotebook.engine.cell.late_output import LateOutput
 from mwnotebook.engine.roles import notebook_coordinator
@@ -101,7 +102,8 @@ class TaskRoles:
         await self.stop_servers()
         envs = task_envs(self._spec, list(addresses))
         self._servers = TaskServers(launcher, {t: envs[t] for t in self._layout.server_tasks()},
-                                    self._spec.startup_timeout, self._late, self._lost_ps_during_cell)
+                                    launch_slots(self._layout), self._spec.startup_timeout, self._late,
+                                    self._lost_ps_during_cell)
         await self._servers.start()
 
     async def stop_servers(self) -> None:

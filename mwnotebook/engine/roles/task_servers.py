@@ -62,10 +62,6 @@ ServerState = Literal["starting", "serving", "restarting", "lost", "stopped"]
 #: its address within about this long plus a start).
 WATCH_INTERVAL = 0.2
 
-#: Launcher slot numbers of the servers start here, apart from the cell kernels' 0..N-1 (they only
-#: name the kernels' files and messages).
-SLOT_BASE = 100
-
 
 class ParameterServerLost(ClusterRunError):
     """A parameter server died while the cell ran: its variables are gone, the cluster is restarted."""
@@ -82,8 +78,9 @@ class ParameterServerLost(ClusterRunError):
 class TaskServers:
     """Starts, watches and restarts the worker and ps servers of one cluster. Runs on the cluster's loop."""
 
-    def __init__(self, launcher: Launcher, envs: Mapping[Task, dict[str, str]], startup_timeout: float,
-                 late: LateOutput | None = None, on_lost_ps: Callable[[], None] | None = None) -> None:
+    def __init__(self, launcher: Launcher, envs: Mapping[Task, dict[str, str]], slots: Mapping[Task, int],
+                 startup_timeout: float, late: LateOutput | None = None,
+                 on_lost_ps: Callable[[], None] | None = None) -> None:
         self._launcher = launcher
         self._envs = dict(envs)
         self._timeout = startup_timeout
@@ -93,7 +90,8 @@ class TaskServers:
         #: ``(task, how it ended)`` of the first parameter server lost since :meth:`start`.
         self.lost_ps: tuple[Task, str] | None = None
         self._watch: asyncio.Future[None] | None = None
-        self._slots = {task: SLOT_BASE + i for i, task in enumerate(self._envs)}
+        #: Each server's launch slot (config/task_placement.py): the launcher starts it on its host.
+        self._slots = {task: slots[task] for task in self._envs}
         #: Each server's state for the status view: starting, serving, restarting, lost, stopped.
         self.states: dict[Task, ServerState] = {task: "stopped" for task in self._envs}
         #: How many times each worker server was restarted after it was lost.

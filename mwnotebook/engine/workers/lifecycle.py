@@ -190,6 +190,7 @@ async def _launch_all(launcher: Launcher, envs: list[dict[str, str]]) -> list[An
     second Ctrl-C while its ``--max-restarts`` restart starts fresh workers) waits for the launches
     under way and kills what they started: a launch runs partly in a thread, so without this a
     kernel started after the cancel would be left running with nobody holding its handle."""
+    # cell kernel i is launch slot i (config/task_placement.py)
     launches = asyncio.ensure_future(asyncio.gather(*(launcher.start(i, env) for i, env in enumerate(envs)),
                                                     return_exceptions=True))
     try:
