@@ -37,9 +37,10 @@ from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.ray import node_relay
 from mwnotebook.launchers.ray.channel import RelayAgent
 from mwnotebook.launchers.ray.session import Placement, RaySession
-from mwnotebook.launchers.remote.agent_channel import BOOTSTRAP, DEFAULT_REQUIRE, agent_error
+from mwnotebook.launchers.remote.agent_channel import BOOTSTRAP, DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
-from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
+from mwnotebook.launchers.remote.kernel_handle import Listener, RemoteKernelHandle
+from mwnotebook.launchers.remote.kernel_start import first_event, start_kernel
 
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
@@ -48,7 +49,6 @@ __all__ = ["RayKernelHandle", "RayLauncher"]
 
 log = logging.getLogger(__name__)
 
-_CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 #: Calls to a relay that answer at once (``where``, ``stop``); a relay's first call also waits for
 #: its Ray worker process to start (importing Ray on a loaded node takes seconds).
 RELAY_CALL_SECONDS = 60.0
@@ -208,21 +208,14 @@ class RayLauncher:
             raise ClusterStartError(str(exc), worker=index, host=relay.node_ip) from None
 
     async def _first_event(self, agent: RelayAgent, index: int, timeout: float) -> AgentEvent:
+        """The agent's first event (``remote/kernel_start.py`` :func:`first_event`), its
+        :class:`ClusterStartError` naming the worker too."""
         python = self.python or str(self._relays[index].where.get("python", "python3"))
         try:
-            event = await asyncio.wait_for(agent.next_event(), timeout)
-        except asyncio.TimeoutError:
-            await agent.close()
-            raise ClusterStartError(f"{agent.host}: no answer from the agent within {timeout:.0f} s",
-                                    worker=index, host=agent.host) from None
-        if event is None:
-            reason = await agent.why_it_ended(python)
-            await agent.close()
-            raise ClusterStartError(f"{agent.host}: {reason}", worker=index, host=agent.host)
-        if event.get("event") == "error":
-            await agent.close()
-            raise ClusterStartError(f"{agent.host}: {agent_error(event, python)}", worker=index, host=agent.host)
-        return event
+            return await first_event(agent, agent.host, timeout, python)
+        except ClusterStartError as exc:
+            exc.worker = index
+            raise
 
     async def tf_addresses(self, count: int) -> list[str]:
         """Place the bundles, then hold one TF port per worker on its bundle's node."""
@@ -259,25 +252,20 @@ class RayLauncher:
         node_ip = relays[index].node_ip
         key = secrets.token_hex(16)
         agent = await self._agent(index)
+
+        async def forward(port: int) -> tuple[str, int, Listener | None]:
+            return node_ip, port, None  # the kernel binds the node's address: reached directly
+
         try:
-            agent.configure({
-                "role": "kernel", "key": key, "signature_scheme": "hmac-sha256", "ip": node_ip,
-                "env": self._kernel_env(index, env), "require": list(self.require), "cwd": self.cwd,
-                "timeout": self.startup_timeout,
-            })
-            event = await self._first_event(agent, index, self.startup_timeout + 5)
-            if event.get("event") != "ready":
-                raise ClusterStartError(f"{node_ip}: unexpected agent reply {event.get('event')!r}",
-                                        worker=index, host=node_ip)
-        except BaseException:
-            await agent.close()
+            started = await start_kernel(
+                agent, where=node_ip, key=key, env=self._kernel_env(index, env), require=self.require,
+                cwd=self.cwd, timeout=self.startup_timeout, template=None,
+                wait=lambda seconds: self._first_event(agent, index, seconds), forward=forward, bind_ip=node_ip)
+        except ClusterStartError as exc:
+            exc.worker = index
             raise
-        info: dict[str, Any] = {"ip": node_ip, "transport": "tcp", "key": key,
-                                "signature_scheme": "hmac-sha256", "kernel_name": ""}
-        for name in _CHANNELS:
-            info[name] = int(event["ports"][name])
-        handle = RayKernelHandle(index, _BundlePlace(node_ip, index), agent, int(event["pid"]), [], info)
-        handle.remote_dir = str(event.get("dir", ""))
+        handle = RayKernelHandle(index, _BundlePlace(node_ip, index), agent, started.pid, [], started.info)
+        handle.remote_dir = started.remote_dir
         self._handles = [h for h in self._handles if not h.ended] + [handle]
         log.info("worker %d: kernel pid %s on Ray node %s (bundle %d)", index, handle.pid, node_ip, index)
         return handle

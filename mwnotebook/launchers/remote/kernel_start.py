@@ -1,5 +1,5 @@
 """A kernel's start through a remote agent, written once for every backend whose agent runs
-``processes/shipped/remote_agent.py`` (SSH hosts, Slurm job steps): hand the agent its ``kernel``
+``processes/shipped/remote_agent.py`` (SSH hosts, Slurm job steps, Ray bundles): hand the agent its ``kernel``
 configuration (forked from the host's template when there is one), wait for ``ready``, and make
 the kernel's five ZMQ ports reachable from the notebook (an SSH forward, or the node's own address).
 
@@ -34,7 +34,8 @@ KEEPALIVE_SECONDS = KEEPALIVE_INTERVAL * (KEEPALIVE_COUNT_MAX + 1)
 
 
 class StartingAgent(Protocol):
-    """The agent a kernel starts through (``ssh/agent.py`` ``SSHAgent``, ``slurm/agent.py`` ``SrunAgent``)."""
+    """The agent a kernel starts through (``ssh/agent.py`` ``SSHAgent``, ``slurm/agent.py`` ``SrunAgent``,
+    ``ray/channel.py`` ``RelayAgent``)."""
 
     def configure(self, config: Mapping[str, Any]) -> None: ...
 
