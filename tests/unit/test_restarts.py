@@ -19,7 +19,7 @@ import pytest
 from mwnotebook.config.options import MAX_RESTARTS_ENV, add_restart_argument, max_restarts_from, restart_count
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.cell import restarts as restarts_module
-from mwnotebook.engine.cell.restarts import check_max_restarts, lost_worker, run_with_restarts
+from mwnotebook.engine.cell.restarts import CellLimits, lost_worker, run_with_restarts
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cell.run import CellRun, CellVerdict
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError, RestartFailedError, WorkerDiedError
@@ -204,8 +204,8 @@ def test_max_restarts_must_be_a_whole_number(text: str) -> None:
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(ConfigError, match="--max-restarts must be a whole number >= 0"):
             ClusterSpec(max_restarts=bad)  # type: ignore[arg-type]
-        with pytest.raises(ValueError):
-            check_max_restarts(bad)
+        with pytest.raises(ConfigError, match="max_restarts must be a whole number >= 0"):
+            CellLimits.of(None, bad, 0)  # type: ignore[arg-type]
 
 
 def test_the_metrics_store_keeps_one_run_with_a_mark_per_restart() -> None:

@@ -32,6 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from mwnotebook.config.spec import check_max_restarts
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cell.run import CellVerdict
 from mwnotebook.errors import AttemptFailure, CannotRestartError, ClusterRunError, RestartFailedError, WorkerFailure
@@ -60,13 +61,6 @@ def lost_worker(verdict: CellVerdict) -> WorkerFailure | None:
     return None
 
 
-def check_max_restarts(value: object) -> int:
-    """``value`` as a restart count; ValueError naming what is wrong otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"max_restarts must be a whole number >= 0, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class CellLimits:
     """A cell's deadline per attempt and its restart count, checked once where they enter the
@@ -80,7 +74,8 @@ class CellLimits:
         """The limits of one run: ``max_restarts`` None takes the spec's (checked by ``ClusterSpec``)."""
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        return cls(timeout, spec_max_restarts if max_restarts is None else check_max_restarts(max_restarts))
+        count = spec_max_restarts if max_restarts is None else check_max_restarts(max_restarts, "max_restarts")
+        return cls(timeout, count)
 
 
 @dataclass
