@@ -366,6 +366,25 @@ def test_at_the_end_the_static_copy_replaces_the_widget_which_is_then_closed():
     assert dash._widget is None
 
 
+def test_the_saved_figure_leaves_room_between_an_x_axis_title_and_the_next_panels_title():
+    """The x-axis title ("step") of a panel and the title of the panel below stood level (the gap
+    was a fixed share of the figure). Seen on the figure rendered by plotly.js: its tick labels and
+    axis title take about 45 px under a panel, the next panel's title about 18 px above it."""
+    from mwnotebook.frontend.chart.panels import ChartPanel
+    from mwnotebook.frontend.chart.plotly_figure import panels_figure_dict
+    from mwnotebook.frontend.chart.series import ChartSeries
+
+    for n in (2, 3, 6):
+        series = [ChartSeries("worker 0 (local m)", "#1f77b4", "", [1.0, 2.0], [1.0, 0.5])]
+        layout = panels_figure_dict([ChartPanel(f"m{i}", "step", series) for i in range(n)], "run")["layout"]
+        plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+        domains = [layout[f"yaxis{'' if i == 0 else i + 1}"]["domain"] for i in range(n)]
+        for upper, lower in zip(domains, domains[1:]):
+            assert (upper[0] - lower[1]) * plot_px >= 80, (n, domains)
+        assert min(top - bottom for bottom, top in domains) * plot_px >= 180, "each plot keeps its height"
+        assert layout["legend"]["yanchor"] == "top" and layout["legend"]["y"] * plot_px <= -60, "under the last title"
+
+
 def test_the_end_state_of_a_long_eight_worker_run_stays_small():
     import json
 

@@ -11,6 +11,15 @@ from mwnotebook.frontend.chart.panels import ChartPanel
 from mwnotebook.frontend.chart.series import ChartSeries, chart_series
 from mwnotebook.shared.metrics import MetricsStore
 
+#: A stacked figure's panels (``panels_figure_dict``): each plot's height, and the room between two,
+#: in pixels: the upper panel's tick labels and x-axis title, then the lower panel's title, apart.
+#: As a fixed share of the figure (6 %, before) the gap shrank with the panel count, and the upper
+#: x-axis title ("step") sat level with the next panel's title.
+PANEL_PX = 200
+PANEL_GAP_PX = 90
+#: How far below the last plot the shared legend starts: under that plot's x-axis title.
+LEGEND_DROP_PX = 70
+
 
 def figure_dict(series: Sequence[ChartSeries], title: str, metric: str) -> dict[str, Any]:
     """A plotly figure (``{"data": [...], "layout": {...}}``) of the series, plain JSON types."""
@@ -55,18 +64,19 @@ def panels_figure_dict(panels: Sequence[ChartPanel], title: str,
         figure["layout"]["xaxis"]["title"]["text"] = panels[0].axis
         figure["layout"]["shapes"] = _epoch_shapes(panels[0], "", epochs)
         return figure
-    n, gap = len(panels), 0.06
-    data: list[dict[str, Any]] = []
+    n = len(panels)
     layout = figure_dict([], title, "")["layout"]
-    layout["height"] = 260 * n + 90
+    plot_px = n * PANEL_PX + (n - 1) * PANEL_GAP_PX  # the stack, without the figure's margins
+    layout["height"] = plot_px + layout["margin"]["t"] + layout["margin"]["b"]
+    data: list[dict[str, Any]] = []
     layout["shapes"], layout["annotations"] = [], []
     for i, panel in enumerate(panels):
         suffix = "" if i == 0 else str(i + 1)
-        top = 1 - i / n
+        top = 1 - i * (PANEL_PX + PANEL_GAP_PX) / plot_px
         layout[f"xaxis{suffix}"] = {"title": {"text": panel.axis}, "anchor": f"y{suffix}",
                                     "domain": [0, 1], "gridcolor": "#EBF0F8"}
         layout[f"yaxis{suffix}"] = {"title": {"text": panel.metric}, "anchor": f"x{suffix}",
-                                    "domain": [top - 1 / n + gap, top], "gridcolor": "#EBF0F8"}
+                                    "domain": [top - PANEL_PX / plot_px, top], "gridcolor": "#EBF0F8"}
         layout["shapes"] += _epoch_shapes(panel, suffix, epochs)
         layout["annotations"].append({"text": panel.metric + (f" - {panel.note}" if panel.note else ""),
                                       "xref": "paper", "yref": "paper", "x": 0, "y": top, "xanchor": "left",
@@ -75,7 +85,7 @@ def panels_figure_dict(panels: Sequence[ChartPanel], title: str,
             trace.update(xaxis=f"x{suffix}", yaxis=f"y{suffix}", legendgroup=f"series{index}",
                          showlegend=i == 0)
             data.append(trace)
-    layout["legend"] = {"orientation": "h", "y": -0.4 / n}
+    layout["legend"] = {"orientation": "h", "y": -LEGEND_DROP_PX / plot_px, "yanchor": "top"}
     return {"data": data, "layout": layout}
 
 
