@@ -11,6 +11,9 @@ Why it works this way:
   more nodes than workers (``--slurm "-N 3"`` for 2 workers); so mwnotebook asks salloc for at least
   as many tasks as nodes (:func:`asked_nodes`), else salloc would shrink ``-N 3`` to the task count.
 * Workers of a lost node all move to one spare node (the same number of workers per node as before).
+  With ``--ps``, ``--chief`` or ``--evaluator`` every task placed on the node moves the same way
+  (the launcher passes each task's node and name: ``node mwnode1 lost; worker-1, ps-0 restarted on
+  node mwnode2``).
 """
 
 from __future__ import annotations
@@ -63,10 +66,15 @@ class Move:
     lost: str
     workers: tuple[int, ...]
     spare: str
+    #: The moved tasks' names (``ps-0``), when they are not all plain workers; else the line counts workers.
+    names: tuple[str, ...] = ()
 
     def line(self) -> str:
-        """``node mwnode1 lost; worker 1 restarted on node mwnode2``."""
-        who = ("worker " if len(self.workers) == 1 else "workers ") + ", ".join(map(str, self.workers))
+        """``node mwnode1 lost; worker 1 restarted on node mwnode2`` (with names: ``...; worker-1, ps-0 ...``)."""
+        if self.names:
+            who = ", ".join(self.names)
+        else:
+            who = ("worker " if len(self.workers) == 1 else "workers ") + ", ".join(map(str, self.workers))
         return f"node {self.lost} lost; {who} restarted on node {self.spare}"
 
 
@@ -80,9 +88,11 @@ class Replacement:
     unplaced: tuple[str, ...] = ()
 
 
-def replace_lost(placement: Sequence[str], healthy: Sequence[str]) -> Replacement:
+def replace_lost(placement: Sequence[str], healthy: Sequence[str],
+                 names: Sequence[str] | None = None) -> Replacement:
     """Move the workers of every node not in ``healthy`` (the allocation's usable nodes, in order)
-    to a healthy node that runs no worker. ``placement[i]`` is worker ``i``'s node."""
+    to a healthy node that runs no worker. ``placement[i]`` is worker ``i``'s node (or task ``i``'s,
+    named ``names[i]`` in the moves' lines)."""
     used = set(placement)
     spares = [node for node in healthy if node not in used]
     new = list(placement)
@@ -96,7 +106,7 @@ def replace_lost(placement: Sequence[str], healthy: Sequence[str]) -> Replacemen
         spare = spares.pop(0)
         for i in workers:
             new[i] = spare
-        moves.append(Move(lost, workers, spare))
+        moves.append(Move(lost, workers, spare, tuple(names[i] for i in workers) if names else ()))
     if unplaced:
         return Replacement(None, tuple(moves), tuple(unplaced))
     return Replacement(new, tuple(moves))

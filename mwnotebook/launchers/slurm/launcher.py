@@ -14,6 +14,13 @@ TensorFlow ports; one ``kernel`` agent per worker runs its kernel, which binds t
 address (``NodeAddr``), with signed messages. TF_CONFIG lists ``NodeAddr:port`` per worker, ports
 chosen on each node.
 
+Every task of the cluster's layout (``--ps``: the coordinator, worker and ps servers; the evaluator)
+is placed once the job's nodes are known, by the one rule of ``config/task_placement.py`` with the
+job's nodes in order as the hosts and ``--place`` naming node names (checked against the job's
+nodes then); ``start(slot)`` starts that slot's task on its node, and the ports of the training
+tasks stay held on their nodes until the next placement, so a lost worker server comes back on its
+address.
+
 When workers were lost (``--max-restarts``), :meth:`SlurmLauncher.replace_lost_nodes` moves the
 workers of a node that failed to a spare node of the job (``config/slurm_nodes.py``), else asks for
 a new allocation when the job is ours; spare nodes get their worker template with the cluster.
@@ -35,7 +42,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config import slurm_options as cmd
+from mwnotebook.config.roles import RoleLayout, Task
 from mwnotebook.config.slurm_nodes import replace_lost
+from mwnotebook.config.task_placement import TaskPlacement, place_tasks
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
@@ -68,8 +77,14 @@ class SlurmLauncher:
                  gpus_per_worker: int | None = None, python: str | None = None,
                  require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
                  cwd: str | None = None, login: str | None = None, ssh_config: str | None = None,
-                 template: bool = True, startup_env: Mapping[str, str] | None = None) -> None:
+                 template: bool = True, startup_env: Mapping[str, str] | None = None,
+                 layout: RoleLayout | None = None, place: Mapping[str, Sequence[str]] | None = None) -> None:
         self.workers = workers
+        #: The cluster's tasks (default: ``workers`` MWMS replicas) and ``--place`` (node names).
+        self.layout = layout or RoleLayout(workers=workers)
+        self._place = {role: tuple(nodes) for role, nodes in (place or {}).items()}
+        if self.layout.workers != workers:
+            raise ConfigError(f"the layout has {self.layout.workers} workers but the launcher was made for {workers}")
         self.workers_per_host = workers_per_host
         self.gpus_per_worker = gpus_per_worker
         self.python = python or sys.executable
@@ -80,7 +95,10 @@ class SlurmLauncher:
         self._salloc = cmd.salloc_argv(cmd.split_salloc_args(salloc_args or ""), workers,
                                        workers_per_host, gpus_per_worker, job_name=cmd.unique_job_name())
         self.allocation: SlurmAllocation | None = None
+        #: The node of each worker slot (MWMS replicas, or a --ps cluster's worker servers).
         self.placement: list[str] = []
+        #: Every task's node (config/task_placement.py), once the job's nodes are known.
+        self.tasks: TaskPlacement | None = None
         self._holders: list[SrunAgent] = []
         self._handles: list[SlurmKernelHandle] = []
         self._allocating = asyncio.Lock()
@@ -103,7 +121,8 @@ class SlurmLauncher:
         return cls(salloc_args=spec.slurm, job_id=spec.slurm_job or inside, workers=spec.workers,
                    workers_per_host=spec.workers_per_host, gpus_per_worker=spec.gpus_per_worker,
                    python=spec.python, startup_timeout=spec.startup_timeout, login=login,
-                   template=spec.template, startup_env=spec_startup_env(spec))
+                   template=spec.template, startup_env=spec_startup_env(spec), layout=spec.layout,
+                   place=spec.place)
 
     def abort_start(self) -> None:
         """Ctrl-C during a start: a wait in Slurm's queue ends now and the pending job is cancelled
@@ -135,17 +154,49 @@ class SlurmLauncher:
             else:
                 self.allocation = await SlurmAllocation.request(self._salloc, self.startup_timeout,
                                                                 self.shell, self._abort)
-            self.placement = cmd.place_workers(self.allocation.nodes, self.workers, self.workers_per_host)
+            try:
+                self.place_tasks_on(self.allocation)
+            except BaseException:
+                old, self.allocation = self.allocation, None
+                await old.release()
+                raise
         return self.allocation
 
+    def place_tasks_on(self, allocation: SlurmAllocation) -> None:
+        """Every task's node on this job: the worker slots over its nodes, the rest by the rule of
+        config/task_placement.py, ``--place`` naming nodes of this job (ConfigError naming them)."""
+        nodes = list(allocation.nodes)
+        for role, named in self._place.items():
+            unknown = [node for node in named if node not in nodes]
+            if unknown:
+                raise ConfigError(
+                    f"--place {role}={','.join(named)}: {', '.join(unknown)} "
+                    f"{'is not a node' if len(unknown) == 1 else 'are not nodes'} of Slurm job "
+                    f"{allocation.job_id}, whose nodes are {', '.join(nodes)}; name one of those")
+        self.placement = cmd.place_workers(nodes, self.workers, self.workers_per_host)
+        self.tasks = place_tasks(self.layout, self.placement, nodes, self._place)
+
+    def _task_order(self) -> list[Task]:
+        """Every task, training tasks in address order then the evaluator (what moves with a node)."""
+        return [*self.layout.training_tasks(), *(t for t in self.layout.cell_tasks() if t.type == "evaluator")]
+
+    def node_of(self, slot: int) -> str:
+        """The node that runs launch slot ``slot``'s task (config/task_placement.py ``launch_slots``)."""
+        if self.tasks is None:
+            raise ConfigError(f"launch slot {slot} has no node: the Slurm job's nodes are not known yet")
+        return self.tasks.host_of_slot(slot)
+
     async def tf_addresses(self, count: int) -> list[str]:
-        """Allocate (or attach), then hold one TF port per worker on each worker's node."""
-        if count != self.workers:
-            raise ConfigError(f"{count} workers requested but the launcher was made for {self.workers}")
+        """Allocate (or attach), then hold one TF port per training task on each task's node."""
+        training = self.layout.training_tasks()
+        if count != len(training):
+            raise ConfigError(f"{count} TensorFlow tasks requested but the launcher was made for "
+                              f"{len(training)} ({', '.join(t.name for t in training)})")
         allocation = await self._allocate(refresh=True)
         await self._release_ports()
+        assert self.tasks is not None
         by_node: dict[str, list[int]] = {}
-        for index, node in enumerate(self.placement):
+        for index, node in enumerate(self.tasks.address_hosts()):
             by_node.setdefault(node, []).append(index)
         addresses = [""] * count
 
@@ -161,10 +212,14 @@ class SlurmLauncher:
                 addresses[index] = format_address(address, int(port))
 
         await gather_port_holders((reserve(n, ix) for n, ix in by_node.items()), self._release_ports)
+        used = set(self.tasks.distinct_hosts())
+        if self._startup_env is not None:
+            for node in used - set(by_node):  # a node with no TF port: the evaluator's
+                self._template(node, self._startup_env)
         if self._startup_env is not None and os.environ.get(SPARE_TEMPLATE_ENV) != "0":
             # A spare node's template imports TensorFlow now, so that a worker moved there after its
             # node failed starts as fast as one restarted in place (benchmarks/faults.py node-loss).
-            for spare in (n for n in allocation.nodes if n not in by_node):
+            for spare in (n for n in allocation.nodes if n not in used):
                 self._template(spare, self._startup_env)
         log.info("TensorFlow addresses: %s", addresses)
         self._moved = []
@@ -185,10 +240,17 @@ class SlurmLauncher:
                 state = f" ({allocation.state})" if allocation.state != "ENDED" else ""  # ENDED: gone from squeue
                 what = f"Slurm job {allocation.job_id} has ended{state}"
                 return await self._reallocate(allocation, what, "make a new allocation and pass its id")
-            plan = replace_lost(self.placement, healthy)
+            order = self._task_order()
+            assert self.tasks is not None
+            # every task moves with its node; plain workers keep the words "worker i"
+            names = [t.name for t in order] if self.layout.parameter_server or self.layout.evaluator else None
+            plan = replace_lost([self.tasks.host_of(t) for t in order], healthy, names)
             if plan.placement is not None:
                 if plan.moves:
-                    self.placement = plan.placement
+                    moved = dict(zip(order, plan.placement))
+                    self.tasks = TaskPlacement(self.layout, moved)
+                    slots = [moved[t] for t in self.layout.server_tasks() if t.type == "worker"]
+                    self.placement = slots or [moved[t] for t in self.layout.training_tasks()]
                     self._moved += [move.line() for move in plan.moves]
                     log.warning("Slurm job %s: %s", allocation.job_id, "; ".join(m.line() for m in plan.moves))
                 return self._moved
@@ -229,10 +291,9 @@ class SlurmLauncher:
         await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
 
     async def start(self, index: int, env: Mapping[str, str]) -> SlurmKernelHandle:
+        """Start the kernel of launch slot ``index`` as a job step on its task's node."""
         allocation = await self._allocate()
-        if not 0 <= index < len(self.placement):
-            raise ConfigError(f"worker {index} has no place in the allocation ({len(self.placement)} slots)")
-        node = self.placement[index]
+        node = self.node_of(index)
         address = allocation.addresses.get(node, node)
         key = str(uuid.uuid4())
         agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python, self.gpus_per_worker)
@@ -250,7 +311,8 @@ class SlurmLauncher:
         handle.shell = self.shell
         handle.remote_dir = started.remote_dir
         self._handles = [h for h in self._handles if not h.ended] + [handle]
-        log.info("worker %d: kernel pid %s on %s (job %s)", index, handle.pid, node, allocation.job_id)
+        log.info("slot %d (%s): kernel pid %s on %s (job %s)", index, self.tasks.task_at(index).name if self.tasks
+                 else index, handle.pid, node, allocation.job_id)
         return handle
 
     def _template(self, node: str, env: Mapping[str, str]) -> RemoteTemplate | None:
