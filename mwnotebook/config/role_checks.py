@@ -34,16 +34,10 @@ def check_roles(spec: Any) -> None:
                 f"--ps needs tf_keras: ParameterServerStrategy works only with tf_keras "
                 f"(TF_USE_LEGACY_KERAS=1), Keras 3 does not support it, and {why}. "
                 + ("Remove --no-legacy-keras." if spec.legacy_keras is False else "pip install tf_keras."))
-        if spec.uses_slurm:
-            raise ConfigError("--ps starts local workers or workers on --hosts only; remove --slurm, or "
-                              "use --export to write ps-j.sh / worker-i.sh scripts for other machines")
         if spec.collective != "auto":
             raise ConfigError("--collective applies to MultiWorkerMirroredStrategy's all-reduce; a --ps "
                               "cluster has none (variables live on the parameter servers). Remove it")
     if spec.evaluator:
-        if spec.uses_slurm:
-            raise ConfigError("--evaluator starts a local kernel or one on --hosts only; remove --slurm, or "
-                              "use --export to write evaluator.sh")
         if spec.gpus_per_worker is not None and spec.gpus_per_worker > 1:
             raise ConfigError("--evaluator runs on the CPU or one GPU: it cannot honour "
                               f"--gpus-per-worker {spec.gpus_per_worker} (use 1, or drop --evaluator)")

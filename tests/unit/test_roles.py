@@ -79,14 +79,19 @@ def test_plain_cluster_has_no_grpc_fail_fast():
     ("--ps x", "--ps must be a whole number"),
     ("--ps 1 --no-legacy-keras", "--ps needs tf_keras"),
     ("--ps 1 --chief", "--chief and --ps together"),
-    ("--ps 1 --slurm", "--ps starts local workers or workers on --hosts only"),
     ("--ps 1 --collective ring", "--collective applies to MultiWorkerMirroredStrategy"),
-    ("--evaluator --slurm", "--evaluator starts a local kernel or one on --hosts only"),
     ("--evaluator --gpus-per-worker 2", "cannot honour"),
 ])
 def test_bad_role_options(line, message):
     with pytest.raises((UsageError, ConfigError), match=message):
         spec_of(line)
+
+
+def test_roles_are_accepted_on_slurm():
+    """--ps, --chief and --evaluator place their tasks on the job's nodes (launchers/slurm/launcher.py)."""
+    assert spec_of("--ps 1 --workers 2 --slurm '-N 2'").layout.parameter_server
+    assert spec_of("--evaluator --chief --slurm-job 12").layout.evaluator
+    assert spec_of("--ps 1 --slurm '-N 2' --place ps=node1").place == {"ps": ("node1",)}
 
 
 def test_ps_spec_differs_from_plain():
