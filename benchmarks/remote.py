@@ -32,7 +32,7 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks._suite import ROOT, Run
@@ -107,15 +107,28 @@ def slurm_measure(make: Callable[[], Any], network: Callable[[], Any]) -> tuple[
     return ready, with_tf
 
 
+@contextlib.contextmanager
+def slurm_test_cluster(nodes: int = 2) -> Iterator[slurm_cluster.SlurmCluster]:
+    """A test Slurm whose nodes are SSH test hosts too, with this process (and every kernel it starts
+    later) pointed at both, the way a user's environment would be; destroyed at the end."""
+    cluster = slurm_cluster.create(nodes)
+    try:
+        os.environ.update(cluster.env())
+        os.environ.pop("SLURM_JOB_ID", None)
+        cluster.net.use_as_home()  # the test hosts' ~/.ssh/config, key and known_hosts
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
 def slurm(repeat: int) -> dict[str, Any]:
+    with slurm_test_cluster(2) as cluster:
+        return slurm_rounds(cluster, repeat)
+
+
+def slurm_rounds(cluster: slurm_cluster.SlurmCluster, repeat: int) -> dict[str, Any]:
     from mwnotebook import Cluster
 
-    cluster = slurm_cluster.create(2)
-    os.environ.update(cluster.env())
-    os.environ.pop("SLURM_JOB_ID", None)
-    os.environ["HOME"] = str(cluster.net.home)  # the test hosts' ~/.ssh/config, key and known_hosts
-    os.environ["MWNOTEBOOK_SSH_CONFIG"] = str(cluster.net.ssh_config)
-    os.environ.pop("SSH_AUTH_SOCK", None)
     kinds: dict[str, Callable[[], Any]] = {
         "local": lambda: Cluster(workers=2, cpu=True),
         "ssh": lambda: Cluster(hosts=tuple(h.alias for h in cluster.nodes), cpu=True),
@@ -124,16 +137,13 @@ def slurm(repeat: int) -> dict[str, Any]:
     }
     networks: dict[str, Callable[[], Any]] = {"slurm-login": cluster.nodes_unreachable}
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
-    try:
-        slurm_measure(kinds["local"], contextlib.nullcontext)  # warm the file cache once, not counted
-        for _ in range(repeat):
-            for kind, make in kinds.items():
-                runs[kind].append(slurm_measure(make, networks.get(kind, contextlib.nullcontext)))
-                left = cluster.wait_no_leftovers(15)
-                if left:
-                    raise RuntimeError(f"left after a {kind} run: {left}")
-    finally:
-        cluster.destroy()
+    slurm_measure(kinds["local"], contextlib.nullcontext)  # warm the file cache once, not counted
+    for _ in range(repeat):
+        for kind, make in kinds.items():
+            runs[kind].append(slurm_measure(make, networks.get(kind, contextlib.nullcontext)))
+            left = cluster.wait_no_leftovers(15)
+            if left:
+                raise RuntimeError(f"left after a {kind} run: {left}")
     median = {kind: {"ready": statistics.median(r for r, _ in rs), "ready_and_import_tf": statistics.median(t for _, t in rs)}
               for kind, rs in runs.items()}
     for kind, values in median.items():
