@@ -1,0 +1,182 @@
+"""TensorFlow's other roles on a real Slurm (two nodes, see slurm_cluster.py): a ``--ps 1 --workers
+2`` cluster whose coordinator, worker servers and parameter server are job steps on the placed nodes
+(``config/task_placement.py``; ``launchers/slurm/launcher.py``), and ``--chief --evaluator``.
+
+The cells are tests/tf/test_ps_roles.py's, imported. The ``--chief --evaluator`` test comes first
+(its ``slurm_env`` checks that nothing is left after it, which the shared cluster below would
+spoil); then one ``--ps`` cluster serves the tests in file order (its placement and status first,
+then the stock cell three times, fit, the custom loop, a worker server killed, a parameter server
+killed under ``--max-restarts``); the module's end checks that no job and no process on the nodes
+is left."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mwnotebook import Cluster
+from mwnotebook.engine.cluster_status import WorkerInfo
+from mwnotebook.frontend.text.relay import TextRelay
+from mwnotebook.shared.events import WorkerOutput
+from tests._shared import slurm_cluster
+from tests._shared.ps_cells import STOCK_PS_FIT
+from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, FIT, LOOP, losses
+
+pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_chief_and_evaluator_on_the_job_s_nodes(slurm_env: slurm_cluster.SlurmCluster, tmp_path: Path) -> None:
+    """``--workers 2 --chief --evaluator --place evaluator=mwnode0``: the replicas on the worker slots,
+    the evaluator where --place says (the default, the last node, is unit-tested)."""
+    n0, n1 = slurm_env.node_names
+    with Cluster(workers=2, chief=True, evaluator=True, cpu=True, slurm="-N 2", place={"evaluator": [n0]}) as cluster:
+        cluster.start()
+        assert [(i.task, i.host) for i in cluster.status()] == [("chief:0", n0), ("worker:0", n1),
+                                                                ("evaluator:0", n0)]
+        result = cluster.run(EVALUATOR_CELL.replace("CKPT_DIR", repr(str(tmp_path))), timeout=600)
+    assert "trained ['chief', 'worker']" in result.stdout(0), result.stdout(0)
+    assert "evaluator TF_CONFIG cluster ['evaluator']" in result.stdout(2)
+    assert "evaluated the last checkpoint" in result.stdout(2)
+    assert [m for m in result.metrics if "val_loss" in str(m)], result.metrics
+
+
+def test_place_naming_no_node_of_the_job_is_refused_with_the_job_s_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:
+    cluster = Cluster(workers=2, ps=1, cpu=True, slurm="-N 2", place={"ps": ["gpu7"]})
+    with pytest.raises(Exception, match=r"--place ps=gpu7: gpu7 is not a node of Slurm job \d+, whose nodes "
+                                        rf"are {', '.join(slurm_env.node_names)}"):
+        cluster.start()
+    cluster.stop()  # nothing runs; the job was cancelled (slurm_env checks)
+
+
+@pytest.fixture(scope="module")
+def ps_slurm(slurm: slurm_cluster.SlurmCluster) -> Iterator[Cluster]:
+    """``--ps 1 --workers 2`` on a two-node allocation, shared by the module's --ps tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in slurm.env().items():
+            patch.setenv(name, value)
+        patch.delenv("SLURM_JOB_ID", raising=False)
+        with Cluster(workers=2, ps=1, cpu=True, slurm="-N 2") as cluster:
+            cluster.start()
+            yield cluster
+        left = slurm.wait_no_leftovers(20)
+        assert not left, f"left behind on the Slurm test cluster: {left}"
+
+
+def _info(cluster: Cluster, task: str) -> WorkerInfo:
+    return next(i for i in cluster.status() if i.task == task)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_every_task_is_a_job_step_on_its_placed_node(ps_slurm: Cluster, slurm: slurm_cluster.SlurmCluster) -> None:
+    """The default rule (config/task_placement.py) on the job's nodes in order: the worker servers on
+    the worker slots (one per node), the coordinator on the first node, the ps from the last one."""
+    n0, n1 = slurm.node_names
+    addr = {name: host.address for name, host in zip(slurm.node_names, slurm.nodes)}
+    assert len(slurm.jobs()) == 1
+    infos = {i.task: i for i in ps_slurm.status()}
+    assert {t: (i.host, i.role) for t, i in infos.items()} == {
+        "chief:0": (n0, "coordinator"), "worker:0": (n0, "worker server"),
+        "worker:1": (n1, "worker server"), "ps:0": (n1, "parameter server")}, infos
+    for info in infos.values():  # each listens on its own node's address, and is alive there
+        assert info.address.rsplit(":", 1)[0] == addr[info.host], info
+        assert info.alive and info.pid and _alive(info.pid), info
+    cluster = ps_slurm.tf_configs[0]["cluster"]
+    assert [infos[t].address for t in ("chief:0", "worker:0", "worker:1", "ps:0")] == (
+        cluster["chief"] + cluster["worker"] + cluster["ps"])
+
+
+def test_the_stock_fit_cell_runs_three_times(ps_slurm: Cluster) -> None:
+    """TensorFlow's tutorial cell three times in one cluster: from the second run on, a fresh
+    coordinator kernel on its node (engine/cell/fresh_coordinator.py), the servers kept."""
+    servers = dict(ps_slurm.server_pids)
+    for run in range(3):
+        out, err = io.StringIO(), io.StringIO()
+        relay = TextRelay(out, err, names=ps_slurm.spec.layout.kernel_names())
+        result = ps_slurm.run(STOCK_PS_FIT.replace("EPOCHS", "2"), on_event=relay, timeout=300)
+        relay.flush()
+        values = losses(result.stdout(0), "losses")
+        assert len(values) == 2 and values[-1] < values[0], (run, values)
+        notes = [line for line in err.getvalue().splitlines() if "second ParameterServerStrategy" in line]
+        assert len(notes) == (0 if run == 0 else 1), err.getvalue()
+    assert ps_slurm.server_pids == servers
+    assert _info(ps_slurm, "chief:0").host == ps_slurm.workers[0].handle.host
+    assert all(i.alive for i in ps_slurm.status())
+
+
+def test_fit_and_the_custom_loop_train_on_the_nodes(ps_slurm: Cluster) -> None:
+    # the stock cell above made its own strategy in this coordinator: mw.ps_strategy() gets a fresh one
+    result = ps_slurm.run(FIT.replace("EPOCHS", "4"), timeout=300)
+    values = losses(result.stdout(0), "losses")
+    assert len(values) == 4 and values[-1] < values[0] * 0.9, values
+    assert [m for m in result.metrics if "global_loss" in str(m)], result.metrics
+    values = losses(ps_slurm.run(LOOP, timeout=300).stdout(0), "loop")
+    assert values[-1] < values[0] * 0.5, values
+
+
+def test_a_worker_server_killed_mid_fit_comes_back_on_its_address_and_the_cell_completes(ps_slurm: Cluster) -> None:
+    before = _info(ps_slurm, "worker:1")
+    assert before.pid is not None
+    victim = before.pid
+    killed = threading.Event()
+
+    def on_event(event: object) -> None:
+        if isinstance(event, WorkerOutput) and "Epoch 3/" in event.content.get("text", "") and not killed.is_set():
+            os.kill(victim, signal.SIGKILL)
+            killed.set()
+
+    result = ps_slurm.run(FIT.replace("EPOCHS", "25"), on_event=on_event, timeout=600)
+    assert killed.is_set()
+    values = losses(result.stdout(0), "losses")
+    assert len(values) == 25 and values[-1] < values[0], values
+    deadline = time.monotonic() + 60  # generous: a restart on a loaded machine
+    while ps_slurm.server_pids.get("worker-1") in (None, victim) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    again = _info(ps_slurm, "worker:1")
+    # the same node and the same address: its port stayed reserved, and the new server bound it again
+    assert (again.state, again.restarts, again.alive, again.host, again.address) == (
+        "serving", 1, True, before.host, before.address), again
+    assert again.pid not in (None, victim) and not _alive(victim)
+    host, port = again.address.rsplit(":", 1)
+    probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=5).close(); print('ok')"
+    assert ps_slurm.run(probe, timeout=60).stdout(0).strip() == "ok"  # the coordinator reaches it there
+
+
+def test_a_killed_ps_under_max_restarts_renews_every_task_and_resumes_from_the_backup(
+        ps_slurm: Cluster, tmp_path: Path) -> None:
+    old = {i.task: (i.pid, i.host, i.address) for i in ps_slurm.status()}
+    job = (ps_slurm.scheduler_status() or {}).get("job_id")
+    cell = BACKED_UP.replace("EPOCHS", "12").replace("BACKUP", repr(str(tmp_path / "backup")))
+    killed = threading.Event()
+
+    def on_event(event: object) -> None:
+        if isinstance(event, WorkerOutput) and "Epoch 4/" in event.content.get("text", "") and not killed.is_set():
+            killed.set()
+            os.kill(old["ps:0"][0], signal.SIGKILL)  # type: ignore[arg-type]
+
+    result = ps_slurm.run(cell, on_event=on_event, timeout=600, max_restarts=1)
+    assert killed.is_set() and result.attempts == 2, result.restarts
+    assert result.restarts[0].cause.startswith("coordinator "), result.restarts
+    match = re.search(r"^epochs (.*)$", result.stdout(0, attempt=2), re.M)
+    assert match, result.stdout(0, attempt=2)
+    epochs = [int(e) for e in match.group(1).split()]
+    assert epochs == list(range(epochs[0], 12)) and epochs[0] >= 3, epochs  # resumed from the backup
+    new = {i.task: (i.pid, i.host, i.address) for i in ps_slurm.status()}
+    for task, (pid, host, address) in old.items():  # every task new, on its node and address again
+        assert new[task][0] not in (None, pid) and new[task][1:] == (host, address), (task, old, new)
+        assert not _alive(pid)  # type: ignore[arg-type]
+    assert (ps_slurm.scheduler_status() or {}).get("job_id") == job  # the same allocation
