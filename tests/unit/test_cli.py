@@ -166,6 +166,25 @@ def test_report_with_metrics_has_one_curve_per_worker_plus_global() -> None:
     assert page.count("Plotly.newPlot") == 1  # one figure: loss (global_loss drawn on it)
 
 
+def test_report_calls_each_kernel_by_the_name_handed_down() -> None:
+    """A --ps cluster with an evaluator: kernel 0 is the coordinator, kernel 1 the evaluator (the
+    names the command hands the observer, config/roles.py RoleLayout.kernel_names); the report's
+    sections, table and legend say so, as the run's text does, and not "worker 0"."""
+    names = {0: "coordinator", 1: "evaluator"}
+    observer = RunObserver(3, io.StringIO(), io.StringIO(), names=names)
+    for i in range(3):
+        observer(WorkerStateChanged(i, "running"))
+        observer(stream(i, f"kernel {i} says hi\n"))
+        observer(WorkerMetrics(i, tuple({"step": s, "loss": 1.0 / (s + 1) + i} for s in range(3))))
+        observer(WorkerStateChanged(i, "done"))
+    page = render_report("train.py", observer, "all workers succeeded", 3.2)
+    for who in ("coordinator", "evaluator", "worker 2"):
+        assert f"<summary>{who} output</summary>" in page and f"<tr><td>{who}</td>" in page, who
+    assert "<summary>worker 0 output" not in page and "<summary>worker 1 output" not in page
+    for name in ("coordinator (loss)", "evaluator (loss)", "worker 2 (local loss)"):
+        assert f'"name":"{name}"' in page, name
+
+
 def test_report_shows_failures() -> None:
     observer = observed_run(False)
     error = failing_run()

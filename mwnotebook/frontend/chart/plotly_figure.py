@@ -96,8 +96,9 @@ def as_plotly_figure(figure: dict[str, Any]) -> Any:
 
 
 def per_worker_figure(store: MetricsStore, metric: str, num_workers: int, *, title: str | None = None,
-                      max_points: int | None = None) -> Any:
-    """The chart of ``metric`` as a ``go.Figure``: one coloured trace per worker (its local values)
-    and the global curve dotted in black, hidden while no worker has reported it."""
-    series = chart_series(store, metric, num_workers, max_points=max_points)
+                      max_points: int | None = None, names: Sequence[str] | None = None) -> Any:
+    """The chart of ``metric`` as a ``go.Figure``: one coloured trace per worker (its local values;
+    ``names``: the workers' legend names) and the global curve dotted in black, hidden while no
+    worker has reported it."""
+    series = chart_series(store, metric, num_workers, max_points=max_points, names=names)
     return as_plotly_figure(figure_dict(series, title or f"{metric} per worker", metric))
