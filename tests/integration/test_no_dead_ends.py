@@ -35,6 +35,26 @@ def namespace_holders() -> list[psutil.Process]:
             if "mwnotebook.processes.netns_holder" in " ".join(p.cmdline())]
 
 
+#: A cell each fresh kernel answers with its index.
+FRESH = "print('fresh', __import__('os').environ['MWNOTEBOOK_WORKER_INDEX'])"
+
+
+def assert_nothing_runs(cluster: Cluster, kernels: int = 2) -> None:
+    """The truth between the cells after a failed restart: nothing runs, and the status says so.
+    (Also used by tests/remote/test_no_dead_ends_ssh.py.)"""
+    assert not cluster.started
+    assert [(s.state, s.alive, s.pid) for s in cluster.status()] == [("stopped", False, None)] * kernels
+
+
+def assert_runs_afresh(cluster: Cluster, old_pids: set[int | None], kernels: int = 2) -> None:
+    """The next cell starts a fresh cluster by itself: every kernel answers, none of them an old
+    one, and the status says they are alive and done."""
+    result = cluster.run(FRESH)
+    assert [result.stdout(i) for i in range(kernels)] == [f"fresh {i}\n" for i in range(kernels)]
+    assert all(s.alive and s.state == "done" for s in cluster.status())
+    assert not old_pids & {s.pid for s in cluster.status()}
+
+
 def kill_holder_then_die(holder: int) -> str:
     """A cell: worker 1 kills the namespace holder and dies; worker 0 waits (it is interrupted)."""
     return ("import os, signal, time\n"
@@ -54,16 +74,10 @@ def test_after_a_failed_restart_the_next_run_starts_a_fresh_cluster() -> None:
         with pytest.raises(RestartFailedError) as info:
             cluster.run(kill_holder_then_die(holders[0].pid))
         assert "namespace" in str(info.value) and "cannot be started again" in str(info.value)
-        # The truth between the cells: nothing runs, and the status says so.
-        assert not cluster.started
-        assert [(s.state, s.alive, s.pid) for s in cluster.status()] == [("stopped", False, None)] * 2
+        assert_nothing_runs(cluster)
         assert not wait_for_no_workers({p for p in first_pids if p is not None})
-        # The next cell starts a fresh cluster (a new namespace) by itself.
-        result = cluster.run("print('fresh', __import__('os').environ['MWNOTEBOOK_WORKER_INDEX'])")
-        assert [result.stdout(i) for i in range(2)] == ["fresh 0\n", "fresh 1\n"]
+        assert_runs_afresh(cluster, first_pids)  # in a new namespace
         assert cluster.network_isolated and len(namespace_holders()) == 1
-        assert all(s.alive and s.state == "done" for s in cluster.status())
-        assert not first_pids & {s.pid for s in cluster.status()}
     assert not namespace_holders() and not worker_processes()
 
 
