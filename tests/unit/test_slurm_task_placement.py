@@ -85,3 +85,12 @@ def test_plain_workers_keep_their_words() -> None:
     slurm.place_tasks_on(slurm.allocation)
     assert asyncio.run(slurm.replace_lost_nodes()) == ["node n1 lost; worker 1 restarted on node n2"]
     assert slurm.placement == ["n0", "n2"]
+
+
+def test_gpus_only_for_the_steps_that_compute() -> None:
+    slurm = SlurmLauncher(job_id="12", workers=2, layout=RoleLayout(workers=2, ps=1), gpus_per_worker=1)
+    slurm.place_tasks_on(job(["n0", "n1"]))
+    assert [slurm.gpus_of(slot) for slot in (0, 100, 101, 102)] == [None, 1, 1, None]  # chief, w0, w1, ps0
+    mwms = SlurmLauncher(job_id="12", workers=2, layout=RoleLayout(workers=2, evaluator=True), gpus_per_worker=1)
+    mwms.place_tasks_on(job(["n0", "n1"]))
+    assert [mwms.gpus_of(slot) for slot in (0, 1, 2)] == [1, 1, 1]

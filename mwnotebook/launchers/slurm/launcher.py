@@ -180,6 +180,15 @@ class SlurmLauncher:
         """Every task, training tasks in address order then the evaluator (what moves with a node)."""
         return [*self.layout.training_tasks(), *(t for t in self.layout.cell_tasks() if t.type == "evaluator")]
 
+    def gpus_of(self, slot: int) -> int | None:
+        """``--gpus-per-worker`` for the step of a task that computes (a replica, a worker server, the
+        evaluator); none for a --ps cluster's coordinator and parameter servers, which see no GPU
+        (config/worker_env.py) and must not take the workers' GPUs from the job."""
+        if self.gpus_per_worker is None or self.tasks is None:
+            return self.gpus_per_worker
+        task = self.tasks.task_at(slot)
+        return None if self.layout.parameter_server and task.type in ("chief", "ps") else self.gpus_per_worker
+
     def node_of(self, slot: int) -> str:
         """The node that runs launch slot ``slot``'s task (config/task_placement.py ``launch_slots``)."""
         if self.tasks is None:
@@ -296,7 +305,7 @@ class SlurmLauncher:
         node = self.node_of(index)
         address = allocation.addresses.get(node, node)
         key = str(uuid.uuid4())
-        agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python, self.gpus_per_worker)
+        agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python, self.gpus_of(index))
         try:
             # direct: the node's own port; via a login node: a local forward (slurm/shell.py)
             started = await start_kernel(
