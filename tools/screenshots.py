@@ -1,6 +1,6 @@
 """Make the documentation's screenshots of the live chart in a real JupyterLab (headless Chromium).
 
-Starts JupyterLab on loopback the way the browser tests do (tests/browser/conftest.py), runs a
+Starts JupyterLab on loopback the way the browser tests do (tests/_shared/jupyter_lab.py), runs a
 two-worker ``model.fit`` cell in it, and while the cell runs hovers, zooms, hides a worker and
 smooths, taking a picture of the widget after each; then pictures the chart's saved end state and
 the cell's labelled output. Writes docs/_static/screenshots/*.png (committed; run this again when
@@ -23,36 +23,12 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests._shared.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, start_lab, stop_lab  # noqa: E402
 from tests.browser import widget_page as wp  # noqa: E402 - the suite's way to drive the page
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, start_lab, stop_lab  # noqa: E402
 
 log = logging.getLogger("screenshots")
 
-FIT_CELL = '''%%mwtrain --workers 2 --cpu
-import time
-import numpy as np
-import tensorflow as tf
-
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-rng = np.random.default_rng(0)
-x = rng.normal(size=(2048, 8)).astype("float32")
-y = (x[:, :1] - x[:, 1:2] > 0).astype("float32")
-options = tf.data.Options()
-options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-train = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).with_options(options)
-val = tf.data.Dataset.from_tensor_slices((x[:256], y[:256])).batch(32).with_options(options)
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), tf.keras.layers.Dense(8, activation="relu"),
-                                 tf.keras.layers.Dense(1, activation="sigmoid")])
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="binary_crossentropy", metrics=["accuracy"])
-
-class Slow(tf.keras.callbacks.Callback):  # slow enough to hover, zoom and smooth while it runs
-    def on_train_batch_end(self, batch, logs=None):
-        time.sleep(0.2)
-
-model.fit(train, epochs=6, validation_data=val, callbacks=[Slow()], verbose=0)
-print("trained")
-'''
+FIT_CELL = wp.fit_cell(epochs=6, pause=0.2)
 
 
 def shoot(page, path: Path, what: str = wp.WIDGET, max_height: float | None = None) -> None:

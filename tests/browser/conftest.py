@@ -1,161 +1,28 @@
-"""JupyterLab on loopback driven by Debian's headless Chromium through Playwright.
-
-Playwright's own browser download cannot work on these machines, so the browser is the system
-``chromium`` (``apt-get install -y chromium``). Everything started here is stopped at the end:
-the server is asked to shut down (which stops its kernels, and a notebook kernel's workers die
-with it), then anything of its process tree still alive is killed.
-"""
+"""The browser tier's fixtures: JupyterLab 4 and Notebook 7 on loopback (one server per test module,
+``tests/_shared/jupyter_lab.py``) and a page of Debian's headless Chromium through Playwright."""
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
-from .._shared.modules import require
+from .._shared.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab, artifacts_path, serve, start_lab, stop_lab
 
-#: The browser: $MWNOTEBOOK_CHROMIUM, else the first ``chromium`` / ``chromium-browser`` on PATH
-#: (Debian and Ubuntu name the binary differently); None when there is none.
-CHROMIUM = os.environ.get("MWNOTEBOOK_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "artifacts"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class Lab:
-    """A running JupyterLab server: where it is and how to reach it."""
-
-    url: str
-    token: str
-    root: Path
-    process: subprocess.Popen
-    log_path: Path
-    app: str = "lab"  # "lab": JupyterLab 4; "notebook": Notebook 7
-
-    def notebook_url(self, name: str) -> str:
-        if self.app == "notebook":
-            return f"{self.url}/notebooks/{name}?token={self.token}"
-        # ``reset``: a fresh workspace, so the tabs an earlier test opened on this server are not
-        # restored beside this notebook (their cells would count among the page's cells)
-        return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
-
-    def api(self, path: str, method: str = "GET") -> object:
-        request = urllib.request.Request(f"{self.url}{path}", method=method,
-                                         headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            body = response.read()
-        return json.loads(body) if body else None
-
-    def log_tail(self, chars: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:]
-
-
-def _stop_tree(process: subprocess.Popen, lab: Lab | None) -> None:
-    try:
-        tree = [psutil.Process(process.pid)] + psutil.Process(process.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        tree = []
-    if lab is not None and process.poll() is None:
-        try:
-            lab.api("/api/shutdown", method="POST")
-        except OSError:
-            pass
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            pass
-    for proc in tree:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(tree, timeout=10)
-
-
-def start_lab(root: Path, app: str = "lab") -> Lab:
-    """Start JupyterLab (``app="notebook"``: Notebook 7) serving ``root`` on loopback (random port
-    and token); wait until it answers. Stop it with :func:`stop_lab`. Raises RuntimeError when it
-    does not start."""
-    port, token = _free_port(), secrets.token_hex(16)
-    settings = root / ".settings"
-    news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    news.parent.mkdir(parents=True, exist_ok=True)
-    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))  # no pop-up, no network
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".config"), JUPYTERLAB_SETTINGS_DIR=str(settings),
-               JUPYTER_RUNTIME_DIR=str(root / ".runtime"), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "jupyterlab" if app == "lab" else "notebook", "--no-browser", "--ip=127.0.0.1",
-           f"--port={port}", f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
-           "--LabServerApp.announcements_url=", "--ServerApp.shutdown_no_activity_timeout=900"]
-    if app == "lab":
-        cmd += [f"--LabApp.workspaces_dir={root / '.workspaces'}", "--LabApp.extension_manager=readonly"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    log_path = root / "lab.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    server = Lab(f"http://127.0.0.1:{port}", token, root, process, log_path, app)
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            server.api("/api/status")
-            return server
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                stop_lab(server)
-                raise RuntimeError(f"JupyterLab did not start:\n{server.log_tail()}") from None
-            time.sleep(0.3)
-
-
-def stop_lab(server: Lab) -> None:
-    _stop_tree(server.process, server)
-
-
-def _server(tmp_path_factory: pytest.TempPathFactory, app: str) -> Iterator[Lab]:
-    if CHROMIUM is None or not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium ({CHROMIUM or 'chromium is not on PATH'}): apt-get install -y chromium, "
-                    "or set MWNOTEBOOK_CHROMIUM to the browser's path")
-    require("playwright.sync_api", "pip install -e '.[test]'")
-    require("jupyterlab" if app == "lab" else "notebook", "pip install -e '.[test]'")
-    try:
-        server = start_lab(tmp_path_factory.mktemp(app), app)
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield server
-    finally:
-        stop_lab(server)
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "Lab", "copy_to_lab", "start_lab", "stop_lab"]
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    yield from _server(tmp_path_factory, "lab")
+    yield from serve(tmp_path_factory, "lab")
 
 
 @pytest.fixture(scope="module")
 def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """A Notebook 7 server (the same ``Lab`` handle: its URL opens the classic notebook page)."""
-    yield from _server(tmp_path_factory, "notebook")
+    yield from serve(tmp_path_factory, "notebook")
 
 
 @pytest.fixture
@@ -173,8 +40,7 @@ def page(lab: Lab):
 
 @pytest.fixture
 def artifacts_dir() -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
-    return ARTIFACTS
+    return artifacts_path()
 
 
 def copy_to_lab(lab: Lab, src: Path, name: str | None = None) -> str:

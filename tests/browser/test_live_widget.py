@@ -25,32 +25,7 @@ from .conftest import Lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 
-FIT_CELL = '''%%mwtrain --workers 2 --cpu
-import time
-import numpy as np
-import tensorflow as tf
-
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-rng = np.random.default_rng(0)
-x = rng.normal(size=(2048, 8)).astype("float32")
-y = (x[:, :1] - x[:, 1:2] > 0).astype("float32")
-options = tf.data.Options()
-options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-train = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).with_options(options)
-val = tf.data.Dataset.from_tensor_slices((x[:256], y[:256])).batch(32).with_options(options)
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), tf.keras.layers.Dense(8, activation="relu"),
-                                 tf.keras.layers.Dense(1, activation="sigmoid")])
-    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.3, decay_steps=64, decay_rate=0.7)
-    model.compile(optimizer=tf.keras.optimizers.SGD(schedule), loss="binary_crossentropy", metrics=["accuracy"])
-
-class Slow(tf.keras.callbacks.Callback):  # slow enough for a person (and this test) to interact
-    def on_train_batch_end(self, batch, logs=None):
-        time.sleep(0.12)
-
-model.fit(train, epochs=3, validation_data=val, callbacks=[Slow()], verbose=0)
-print("trained")
-'''
+FIT_CELL = wp.fit_cell(epochs=3, pause=0.12, rate=wp.DECAYING_RATE)
 AFTER_CELL = 'print("the next cell ran")'
 
 # When the live chart appears in the page (Date.now(), ms), seen by a MutationObserver.

@@ -23,6 +23,42 @@ STATE = """(cell) => {
 }"""
 
 
+_FIT_CELL = '''%%mwtrain --workers 2 --cpu
+import time
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rng = np.random.default_rng(0)
+x = rng.normal(size=(2048, 8)).astype("float32")
+y = (x[:, :1] - x[:, 1:2] > 0).astype("float32")
+options = tf.data.Options()
+options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+train = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).with_options(options)
+val = tf.data.Dataset.from_tensor_slices((x[:256], y[:256])).batch(32).with_options(options)
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), tf.keras.layers.Dense(8, activation="relu"),
+                                 tf.keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer=tf.keras.optimizers.SGD({rate}), loss="binary_crossentropy", metrics=["accuracy"])
+
+class Slow(tf.keras.callbacks.Callback):  # slow enough for a person (and a test) to interact
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep({pause})
+
+model.fit(train, epochs={epochs}, validation_data=val, callbacks=[Slow()], verbose=0)
+print("trained")
+'''
+#: A learning rate that decays each step: the schedule's ``lr`` gets a chart panel of its own.
+DECAYING_RATE = "tf.keras.optimizers.schedules.ExponentialDecay(0.3, decay_steps=64, decay_rate=0.7)"
+
+
+def fit_cell(epochs: int, pause: float, rate: str = "0.1") -> str:
+    """A 2-worker tf_keras ``model.fit(..., validation_data=...)`` with ``metrics=["accuracy"]`` for
+    ``epochs``, sleeping ``pause`` s after each batch (time to hover, zoom and smooth while it runs);
+    ``rate``: the SGD learning rate (a number, or :data:`DECAYING_RATE`). Prints "trained" at the end."""
+    return _FIT_CELL.format(rate=rate, pause=pause, epochs=epochs)
+
+
 def prompts(page) -> list[str]:
     return page.eval_on_selector_all(".jp-Notebook .jp-Cell .jp-InputPrompt", "els => els.map(e => e.textContent)")
 

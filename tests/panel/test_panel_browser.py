@@ -22,7 +22,7 @@ import nbformat
 import psutil
 import pytest
 
-from ..browser.conftest import CHROMIUM, CHROMIUM_ARGS, Lab, start_lab, stop_lab
+from .._shared.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab, artifacts_path, serve
 from ..browser.widget_page import cell_text, dismiss_dialog, run_cell
 
 pytestmark = pytest.mark.browser
@@ -33,24 +33,14 @@ ROW = ".mw-cluster"
 LATENCY: dict[str, list[float]] = {}
 
 
-def _server(tmp_path_factory: pytest.TempPathFactory, app: str) -> Iterator[Lab]:
-    if CHROMIUM is None:
-        pytest.skip("no Chromium: apt-get install -y chromium")
-    server = start_lab(tmp_path_factory.mktemp(f"panel-{app}"), app)
-    try:
-        yield server
-    finally:
-        stop_lab(server)
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    yield from _server(tmp_path_factory, "lab")
+    yield from serve(tmp_path_factory, "lab", "panel-")
 
 
 @pytest.fixture(scope="module")
 def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    yield from _server(tmp_path_factory, "notebook")
+    yield from serve(tmp_path_factory, "notebook", "panel-")
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +62,7 @@ def latency_record(artifacts: Path) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def artifacts() -> Path:
-    path = Path(__file__).resolve().parents[2] / "artifacts"
-    path.mkdir(exist_ok=True)
-    return path
+    return artifacts_path()
 
 
 def write_notebook(server: Lab, name: str, *cells: str) -> str:
