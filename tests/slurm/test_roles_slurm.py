@@ -180,3 +180,43 @@ def test_a_killed_ps_under_max_restarts_renews_every_task_and_resumes_from_the_b
         assert new[task][0] not in (None, pid) and new[task][1:] == (host, address), (task, old, new)
         assert not _alive(pid)  # type: ignore[arg-type]
     assert (ps_slurm.scheduler_status() or {}).get("job_id") == job  # the same allocation
+
+
+def test_a_failed_node_s_tasks_move_to_the_spare_node_and_the_fit_resumes(
+        slurm3_env: slurm_cluster.SlurmCluster, tmp_path: Path) -> None:
+    """``-N 3 --place ps=mwnode1``: worker server 1 and the ps on mwnode1, mwnode2 spare. mwnode1 fails
+    mid-fit (``scontrol update state=down``): under ``--max-restarts`` both move to mwnode2 (the
+    rule of config/slurm_nodes.py), every task gets the new TF_CONFIG, and the fit resumes from its
+    backup in the same job."""
+    from tests.slurm.test_slurm_node_loss import resume
+
+    n0, n1, n2 = slurm3_env.node_names
+    cell = BACKED_UP.replace("EPOCHS", "10").replace("BACKUP", repr(str(tmp_path / "backup")))
+    downed: list[str] = []
+
+    def on_event(event: object) -> None:
+        if isinstance(event, WorkerOutput) and "Epoch 4/" in event.content.get("text", "") and not downed:
+            slurm3_env.run("scontrol", "update", f"nodename={n1}", "state=down", "reason=mwnotebook-test")
+            downed.append(n1)
+
+    try:
+        with Cluster(workers=2, ps=1, cpu=True, slurm="-N 3", place={"ps": [n1]}) as cluster:
+            cluster.start()
+            job = slurm3_env.jobs()
+            assert {i.task: i.host for i in cluster.status()} == {
+                "chief:0": n0, "worker:0": n0, "worker:1": n1, "ps:0": n1}
+            result = cluster.run(cell, on_event=on_event, timeout=600, max_restarts=1)
+            assert downed == [n1] and result.attempts == 2, result.restarts
+            assert result.restarts[0].moved == (f"node {n1} lost; worker-1, ps-0 restarted on node {n2}",)
+            assert {i.task: i.host for i in cluster.status()} == {
+                "chief:0": n0, "worker:0": n0, "worker:1": n2, "ps:0": n2}
+            addr = {name: host.address for name, host in zip(slurm3_env.node_names, slurm3_env.nodes)}
+            spec = cluster.tf_configs[0]["cluster"]
+            assert [a.rsplit(":", 1)[0] for a in spec["worker"] + spec["ps"]] == [addr[n0], addr[n2], addr[n2]]
+            match = re.search(r"^epochs (.*)$", result.stdout(0, attempt=2), re.M)
+            assert match, result.stdout(0, attempt=2)
+            epochs = [int(e) for e in match.group(1).split()]
+            assert epochs == list(range(epochs[0], 10)) and epochs[0] >= 3, epochs
+            assert slurm3_env.jobs() == job  # the same allocation
+    finally:
+        resume(slurm3_env, n1)
