@@ -104,6 +104,12 @@ class Cluster:
         servers = self._core.servers
         return servers.pids() if servers is not None else {}
 
+    @property
+    def server_hosts(self) -> dict[str, str]:
+        """Where a ``--ps`` cluster's servers run: ``{"ps-0": host, "worker-0": host, ...}`` ({} otherwise)."""
+        servers = self._core.servers
+        return servers.hosts() if servers is not None else {}
+
     def start(self, on_event: EventSink | None = None) -> Cluster:
         """Start every worker (in parallel) and wait until all are ready. Does nothing if running."""
         self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event, on_interrupt=self._abandon)

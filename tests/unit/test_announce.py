@@ -53,3 +53,24 @@ def test_the_notice_names_the_ports_and_where_they_are(spec: ClusterSpec, where:
     assert len(shown) == 1
     table = shown[0]["text/plain"]
     assert "n1" in table and "n2" in table, table
+
+
+def test_a_role_cluster_is_announced_task_by_task_with_each_host(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A --ps cluster on --hosts: the coordinator and every server, each with the host the
+    placement gave it (config/task_placement.py), so the user sees where each task runs."""
+    spec = ClusterSpec(hosts=("a", "b"), ps=1)
+    addresses = ["a:1", "a:2", "b:3", "b:4"]
+    cluster = _Cluster(spec, addresses)
+    cluster.tf_configs = [spec.layout.tf_config(addresses, spec.layout.cell_tasks()[0])]
+    cluster.server_hosts = {"worker-0": "a", "worker-1": "b", "ps-0": "b"}  # type: ignore[attr-defined]
+    monkeypatch.setattr(_Cluster, "workers", property(lambda self: (_Worker("a"),)))
+    shown: list[Any] = []
+    monkeypatch.setattr(magics, "publish_display_data", shown.append)
+    magics.NotebookSession().announce(cluster)  # type: ignore[arg-type]
+    lines = shown[0]["text/plain"].splitlines()
+    assert lines[0] == "4 TensorFlow tasks", lines
+    rows = [line.split()[:-1] for line in lines[2:]]
+    assert rows == [["coordinator", "chief:0", "a"], ["worker", "server", "worker:0", "a"],
+                    ["worker", "server", "worker:1", "b"], ["parameter", "server", "ps:0", "b"]], lines
+    assert '"task":{"type":"ps","index":0}' in lines[-1]

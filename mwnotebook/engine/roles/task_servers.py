@@ -190,6 +190,10 @@ class TaskServers:
     def pids(self) -> dict[str, int | None]:
         return {task.name: server.handle.pid for task, server in self.servers.items()}
 
+    def hosts(self) -> dict[str, str]:
+        """Where each serving server runs (its kernel handle's host): ``{"ps-0": "gpu2", ...}``."""
+        return {task.name: server.handle.host for task, server in self.servers.items()}
+
     def tasks(self) -> tuple[Task, ...]:
         """Every server task, in address order (workers, then parameter servers)."""
         return tuple(self._envs)

@@ -140,7 +140,18 @@ class NotebookSession:
             return  # a cluster started afresh after a failed restart has new addresses: shown again
         self._announced, self._announced_addresses = cluster, cluster.addresses
         hosts = [worker.handle.host for worker in cluster.workers]
-        publish_display_data(tf_config_bundle(cluster.tf_configs, hosts))
+        layout = cluster.spec.layout
+        if layout.parameter_server or layout.chief or layout.evaluator:
+            # every task with its role and host: a --ps cluster's servers too (where --place put them)
+            servers = layout.server_tasks()
+            server_hosts = cluster.server_hosts
+            tasks = [*layout.cell_tasks(), *servers]
+            configs = [*cluster.tf_configs, *(layout.tf_config(cluster.addresses, t) for t in servers)]
+            hosts += [server_hosts.get(t.name, "") for t in servers]
+            names = [f"{layout.role_label(t)} {t.type}:{t.index}" for t in tasks]
+            publish_display_data(tf_config_bundle(configs, hosts, names))
+        else:
+            publish_display_data(tf_config_bundle(cluster.tf_configs, hosts))
         if not self._security_notice_shown:
             self._security_notice_shown = True
             spec = cluster.spec

@@ -29,12 +29,17 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], caption: str) 
     return {"text/plain": "\n".join(lines), "text/html": page}
 
 
-def tf_config_bundle(tf_configs: Sequence[dict[str, Any]], hosts: Sequence[str] = ()) -> dict[str, str]:
-    """One row per worker with its TF_CONFIG: the same cluster everywhere, only task.index differs."""
+def tf_config_bundle(tf_configs: Sequence[dict[str, Any]], hosts: Sequence[str] = (),
+                     tasks: Sequence[str] = ()) -> dict[str, str]:
+    """One row per worker with its host and TF_CONFIG: the same cluster everywhere, only the task
+    differs. ``tasks`` (a cluster with other roles): each row's role and task instead of a number,
+    a ``--ps`` cluster's servers among the rows, so every task's host is shown."""
     rows = []
     for i, cfg in enumerate(tf_configs):
         host = hosts[i] if i < len(hosts) else "localhost"
-        rows.append([str(i), host, json.dumps(cfg, separators=(",", ":"))])
+        rows.append([tasks[i] if i < len(tasks) else str(i), host or "-", json.dumps(cfg, separators=(",", ":"))])
+    if tasks:
+        return _table(["task", "host", "TF_CONFIG"], rows, f"{len(rows)} TensorFlow tasks")
     return _table(["worker", "host", "TF_CONFIG"], rows, f"{len(rows)} TensorFlow workers")
 
 

@@ -7,11 +7,15 @@ Per host, the launcher keeps SSH connections (one, plus another each time sshd's
 (the signing key, TF_CONFIG and the rest of the worker environment) travel on the channel's stdin,
 never on a command line.
 
+* Which host runs which task: worker ``i`` on the ``i``-th ``--hosts`` slot; with the spec's
+  ``TaskPlacement`` (config/task_placement.py: a ``--ps`` cluster's coordinator, servers and the
+  evaluator, ``--place``) every task on its placed host, launch slot by launch slot (launchers/base.py).
 * ``tf_addresses`` runs one agent per host in its ``ports`` role: it checks the interpreter and
-  the required modules, then holds one TCP port per worker on that host for TensorFlow's gRPC
-  server. The cluster list uses the address each host was reached at (the server side of
-  ``SSH_CONNECTION``) or the ``tf_address`` override. Meanwhile one spare agent per worker is
-  started, so that its interpreter has loaded by the time ``start`` configures it.
+  the required modules, then holds one TCP port per training task on that host for TensorFlow's gRPC
+  server, until the next ``tf_addresses`` or :meth:`SSHLauncher.close` (``SO_REUSEPORT``: a lost
+  worker server started again binds its port again). The cluster list uses the address each host
+  was reached at (the server side of ``SSH_CONNECTION``) or the ``tf_address`` override. Meanwhile
+  one spare agent per task is started, so that its interpreter has loaded by the time ``start`` configures it.
 * ``start`` configures an agent in its ``kernel`` role. The kernel binds 127.0.0.1 on its host;
   each of its five ZMQ ports is reached through an SSH local port forward on the notebook's
   loopback, and ``connection_info`` names those forwarded ports.
@@ -37,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
-from mwnotebook.config.hosts import HostsArg, HostSpec, parse_tf_address, worker_hosts
+from mwnotebook.config.hosts import HostsArg, HostSpec, parse_host, parse_tf_address, worker_hosts
+from mwnotebook.config.task_placement import TaskPlacement, launch_slots
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import ClusterStartError, ConfigError
@@ -68,7 +73,8 @@ HostKey = tuple[str, str | None, int | None]
 
 
 class SSHLauncher:
-    """Starts worker kernels on SSH hosts. Worker ``i`` runs on ``worker_hosts(hosts)[i]``."""
+    """Starts worker kernels on SSH hosts. Worker ``i`` runs on ``worker_hosts(hosts)[i]``; with
+    ``tasks`` (the cluster's task placement), launch slot ``i``'s task runs on its placed host."""
 
     def __init__(
         self,
@@ -88,8 +94,15 @@ class SSHLauncher:
         keepalive_count_max: int = KEEPALIVE_COUNT_MAX,
         template: bool = True,
         startup_env: Mapping[str, str] | None = None,
+        tasks: TaskPlacement | None = None,
     ) -> None:
         self.placement = worker_hosts(hosts, workers, workers_per_host)
+        #: Each task's host (None: worker slot i is launch slot i and address i, as for MWMS).
+        self.tasks = tasks
+        self._host_specs = {spec.target: spec for spec in self.placement}
+        for name in tasks.distinct_hosts() if tasks is not None else ():
+            if name not in self._host_specs:  # a --place host that is not in --hosts
+                self._host_specs[name] = replace(parse_host(name), slots=1)
         # Default: the notebook's own interpreter path, as for local workers. It is right where
         # hosts share the environment at the same path (a shared home, the same image); elsewhere
         # the start-up error says to pass --python.
@@ -135,6 +148,7 @@ class SSHLauncher:
             startup_timeout=spec.startup_timeout,
             template=spec.template,
             startup_env=spec_startup_env(spec),
+            tasks=spec.task_placement,
         )
 
     # -- connections ---------------------------------------------------------------------------
@@ -183,25 +197,53 @@ class SSHLauncher:
 
     # -- TensorFlow addresses ------------------------------------------------------------------
 
+    def _address_hosts(self, count: int) -> list[HostSpec]:
+        """The host of each of ``count`` training tasks, in address order."""
+        if self.tasks is None:
+            if count != len(self.placement):
+                raise ConfigError(f"{count} workers requested but the hosts have "
+                                  f"{len(self.placement)} worker slots")
+            return list(self.placement)
+        hosts = self.tasks.address_hosts()
+        if count != len(hosts):
+            raise ConfigError(f"{count} TensorFlow tasks requested but the placement has {len(hosts)}")
+        return [self._host_specs[name] for name in hosts]
+
+    def _slot_host(self, slot: int) -> HostSpec:
+        """The host of launch slot ``slot`` (ConfigError for a slot that has none)."""
+        if self.tasks is None:
+            if not 0 <= slot < len(self.placement):
+                raise ConfigError(f"worker {slot} has no host (hosts give {len(self.placement)} slots)")
+            return self.placement[slot]
+        return self._host_specs[self.tasks.host_of_slot(slot)]
+
+    def _slots_on(self, key: HostKey) -> list[int]:
+        """The launch slots whose tasks run on ``key``'s host (each gets a spare agent)."""
+        if self.tasks is None:
+            return [i for i, spec in enumerate(self.placement) if spec.key == key]
+        return [slot for task, slot in launch_slots(self.tasks.layout).items()
+                if self._host_specs[self.tasks.host_of(task)].key == key]
+
     async def tf_addresses(self, count: int) -> list[str]:
-        """Reserve one gRPC port per worker on each worker's own host; ``host:port`` per worker."""
-        if count != len(self.placement):
-            raise ConfigError(f"{count} workers requested but the hosts have "
-                              f"{len(self.placement)} worker slots")
+        """Reserve one gRPC port per training task on its own host; ``host:port`` per task."""
+        address_hosts = self._address_hosts(count)
         await self._release_ports()
-        by_host: dict[HostKey, list[int]] = {}
-        for index, spec in enumerate(self.placement):
-            by_host.setdefault(spec.key, []).append(index)
+        by_host: dict[HostKey, tuple[HostSpec, list[int]]] = {}
+        for index, spec in enumerate(address_hosts):
+            by_host.setdefault(spec.key, (spec, []))[1].append(index)
+        if self.tasks is not None:  # a host that runs no training task (an evaluator's): preflight only
+            for name in self.tasks.distinct_hosts():
+                spec = self._host_specs[name]
+                by_host.setdefault(spec.key, (spec, []))
         addresses: list[str] = [""] * count
 
-        async def reserve(indices: list[int]) -> None:
-            spec = self.placement[indices[0]]
+        async def reserve(spec: HostSpec, indices: list[int]) -> None:
             _, agent = await self._run_agent(spec)
             self._holders.append(agent)
             agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
             # While the host answers, start the kernels' agents: their interpreters load in
             # parallel, and start() only has to hand each its configuration.
-            spares = asyncio.ensure_future(self._start_spares(indices))
+            spares = asyncio.ensure_future(self._start_spares(spec, self._slots_on(spec.key)))
             if self._startup_env is not None:
                 self._template(spec, self._startup_env)  # imports TensorFlow while the rest starts
             try:
@@ -212,16 +254,16 @@ class SSHLauncher:
             for index, port in zip(indices, event["ports"]):
                 addresses[index] = format_address(host_address, int(port))
 
-        await gather_port_holders((reserve(ix) for ix in by_host.values()), self._release_ports)
+        await gather_port_holders((reserve(spec, ix) for spec, ix in by_host.values()), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
         return addresses
 
-    async def _start_spares(self, indices: list[int]) -> None:
-        for index in indices:
+    async def _start_spares(self, spec: HostSpec, slots: list[int]) -> None:
+        for slot in slots:
             try:
-                self._spares[index] = await self._run_agent(self.placement[index])
+                self._spares[slot] = await self._run_agent(spec)
             except Exception:  # start() will try again and report the problem
-                log.debug("no spare agent for worker %d", index, exc_info=True)
+                log.debug("no spare agent for launch slot %d", slot, exc_info=True)
                 return
 
     async def _release_ports(self) -> None:
@@ -237,9 +279,8 @@ class SSHLauncher:
     # -- kernels -------------------------------------------------------------------------------
 
     async def start(self, index: int, env: Mapping[str, str]) -> SSHKernelHandle:
-        if not 0 <= index < len(self.placement):
-            raise ConfigError(f"worker {index} has no host (hosts give {len(self.placement)} slots)")
-        spec = self.placement[index]
+        """Start launch slot ``index``'s kernel on its host (a restart: the same slot and ``env``)."""
+        spec = self._slot_host(index)
         try:
             return await self._start(index, spec, env)
         except ClusterStartError as exc:
