@@ -12,20 +12,22 @@ notes when every scheduled step's result reached the coordinator (a thread per s
 Slurm nodes are network namespaces on it.
 
 Per engine, in this order (each scenario runs on every engine in turn before the next one, so a
-change in the machine's load hits them alike):
+change in the machine's load hits them alike); the 2-worker cells all use one cluster,
+``%%mwtrain --ps 1 --workers 2 --max-restarts 1``:
 
-1. **to first step**: the notebook's first ``%%mwtrain --ps 1 --workers 2`` cell, 20 s after
-   ``%load_ext mwnotebook`` (its servers and coordinator start with it), from the cell's request to the
-   coordinator's first step result; and **steps/s with 2 worker servers** in the same cell, from the
-   first step's result to the last's;
-2. **worker death**: ``fit`` in the same cluster (twice the epochs); when epoch 3 begins, worker server
-   0's pid (from ``%mwcluster status``) gets SIGKILL: seconds until the next step result after the kill,
-   and until the status shows that server serving again under a new pid (polled once the cell is done);
-3. **steps/s with 1 worker server**: ``--workers 1`` (a new cluster, so its own first step too);
-4. **ps death**: ``--workers 2 --max-restarts 1`` (a new cluster: its first ``fit`` cell gives the time
-   to the first step of a cluster started later in a notebook), then ``fit`` with ``BackupAndRestore``;
-   when epoch 4 begins, the ps gets SIGKILL: seconds until the resumed run's first step result (every
-   task renewed, the backup restored), and the restart's own seconds (the cell's ``[mwnotebook]`` line).
+1. **to first step**: the notebook's first cell, 3 s after the worker template that
+   ``%load_ext mwnotebook`` starts is ready (the cluster's servers and coordinator start with the
+   cell), from the cell's request to the coordinator's first step result; and **steps/s with 2 worker
+   servers** in the same cell, from the first step's result to the last's;
+2. **worker death**: ``fit`` (twice the epochs); when epoch 3 begins, worker server 0's pid (from
+   ``%mwcluster status``) gets SIGKILL: seconds until the next step result after the kill, and until
+   the cluster names a new process for that server (restarted on its address; a thread in the
+   notebook kernel watches ``server_pids`` while the magic runs the cell);
+3. **ps death**: ``fit`` with ``BackupAndRestore``; when epoch 4 begins, the ps gets SIGKILL: seconds
+   until the resumed run's first step result (every task renewed, the backup restored), and the
+   restart's own seconds (the cell's ``[mwnotebook]`` line);
+4. **steps/s with 1 worker server**: ``%mwcluster stop`` (timed), then a ``--workers 1`` cell: a
+   cluster started later in the notebook, so its time to the first step too.
 
 The SSH and Slurm engines share one test Slurm (benchmarks/remote.py ``slurm_test_cluster``: two
 nodes, each an SSH test host too), so both place their tasks on the same two "machines". An engine
@@ -200,51 +202,53 @@ class KillAt:
 
 
 # ----------------------------------------------------------------------------- the scenarios
+#: Every 2-worker cell: one cluster serves the first step, the worker death and the ps death.
+TWO = "--max-restarts 1"
+
+
 def first_step_and_rate_2(nb: Notebook, epochs: int) -> dict[str, float]:
-    sent, text = nb.mwtrain(nb.line(2), FIT.replace("EPOCHS", str(epochs)))
+    sent, text = nb.mwtrain(nb.line(2, TWO), FIT.replace("EPOCHS", str(epochs)))
     times = _step_times(text)
     return {"to_first_step_s": _times(text, "first_step_at")[0] - sent, "steps_per_s_2_workers": _rate(times)}
 
 
+#: Run in the notebook kernel before the worker-death cell: a thread that notes when the cluster's
+#: ``server_pids`` name a new process for worker server 0 (restarted and serving on its address),
+#: while the magic runs the cell.
+WATCH_WORKER_0 = """
+import threading as _threading, time as _time
+_cluster = get_ipython().magics_manager.registry['MWMagics'].session.cluster
+_victim, _back = _cluster.server_pids.get('worker-0'), []
+def _watch(deadline=_time.time() + 600):
+    while not _back and _time.time() < deadline:
+        if _cluster.server_pids.get('worker-0') not in (None, _victim):
+            _back.append(_time.time())
+        _time.sleep(0.05)
+_threading.Thread(target=_watch, daemon=True).start()
+"""
+
+
 def worker_death(nb: Notebook, epochs: int, wait: float = 60) -> dict[str, Any]:
     kill = KillAt(nb, "worker:0", "Epoch 3/")
-    _, text = nb.mwtrain(nb.line(2), FIT.replace("EPOCHS", str(2 * epochs)), on_text=kill)
-    cell_end = time.time()
+    nb.execute(WATCH_WORKER_0)
+    _, text = nb.mwtrain(nb.line(2, TWO), FIT.replace("EPOCHS", str(2 * epochs)), on_text=kill)
     if kill.at is None:
         raise RuntimeError("worker:0 was not killed (no 'Epoch 3/' line)")
     times = _step_times(text)
     after = [t for t in times if t > kill.at]
     if not after:
         raise RuntimeError("no step result after the kill")
-    # The replacement, seen by polling the status once the cell is done (the kernel runs one cell at a
-    # time): when it is already back at the first look, the figure is the cell's end, an upper bound.
-    back: float | None = None
-    first_look = True
-    while back is None and time.time() - cell_end < wait:
-        pid, state = nb.status()["worker:0"]
-        if pid not in (None, kill.pid) and state == "serving":
-            back = time.time()
-        else:
-            first_look = False
-            time.sleep(0.2)
+    _, back, _ = nb.execute(f"_time.sleep(0.1)\nwhile not _back and _time.time() < {time.time() + wait}:\n"
+                            f"    _time.sleep(0.1)\nprint('back_at', *_back)", timeout=wait + 60)
+    found = _times(back, "back_at")
     return {"worker_kill_to_next_step_s": after[0] - kill.at, "steps_per_s_after_kill": _rate(after),
-            "worker_kill_to_server_back_s": back - kill.at if back is not None else f"not back after {wait:.0f} s",
-            "worker_server_back_at_first_look": back is not None and first_look}
-
-
-def rate_1(nb: Notebook, epochs: int) -> dict[str, float]:
-    sent, text = nb.mwtrain(nb.line(1), FIT.replace("EPOCHS", str(epochs)))
-    return {"to_first_step_1_worker_new_cluster_s": _times(text, "first_step_at")[0] - sent,
-            "steps_per_s_1_worker": _rate(_step_times(text))}
+            "worker_kill_to_server_back_s": found[0] - kill.at if found else f"not back after {wait:.0f} s"}
 
 
 def ps_death(nb: Notebook, epochs: int, backup: str) -> dict[str, Any]:
-    line = nb.line(2, "--max-restarts 1")
-    sent, text = nb.mwtrain(line, FIT.replace("EPOCHS", "2"))  # a new cluster: its ps's pid is known after
-    warm_first = _times(text, "first_step_at")[0] - sent
     kill = KillAt(nb, "ps:0", "Epoch 4/")
     cell = BACKED_UP.replace("EPOCHS", str(epochs)).replace("BACKUP", repr(backup))
-    _, text = nb.mwtrain(line, cell, on_text=kill)
+    _, text = nb.mwtrain(nb.line(2, TWO), cell, on_text=kill)
     if kill.at is None:
         raise RuntimeError("ps:0 was not killed (no 'Epoch 4/' line)")
     resumed = [t for t in _times(text, "first_step_at") if t > kill.at]
@@ -255,11 +259,19 @@ def ps_death(nb: Notebook, epochs: int, backup: str) -> dict[str, Any]:
                                         ("the restart line", restart)) if not found]
     if missing or restart is None or epochs_run is None:
         raise RuntimeError(f"the run did not resume: no {', '.join(missing)}:\n{text[-3000:]}")
-    return {"to_first_step_2_workers_new_cluster_s": warm_first,
-            "ps_kill_to_resumed_first_step_s": resumed[0] - kill.at,
+    return {"ps_kill_to_resumed_first_step_s": resumed[0] - kill.at,
             "ps_restart_s": float(restart.group(1)),
             "ps_restart_cause": cause.group(1)[:200] if cause else "",
             "resumed_from_epoch": int(epochs_run.group(1).split()[0])}
+
+
+def rate_1(nb: Notebook, epochs: int) -> dict[str, float]:
+    stopping = time.perf_counter()
+    nb.execute("%mwcluster stop", timeout=300)
+    stopped = time.perf_counter() - stopping
+    sent, text = nb.mwtrain(nb.line(1, TWO), FIT.replace("EPOCHS", str(epochs)))
+    return {"cluster_stop_s": stopped, "to_first_step_later_cluster_1_worker_s": _times(text, "first_step_at")[0] - sent,
+            "steps_per_s_1_worker": _rate(_step_times(text))}
 
 
 # ----------------------------------------------------------------------------- the engines
@@ -328,12 +340,14 @@ def main() -> int:
     table = Table()
     epochs = args.epochs
     with engines(args.engines) as notebooks, tempfile.TemporaryDirectory() as tmp:
-        time.sleep(20)  # the notebooks' own start-up (%load_ext's worker template imports TensorFlow) settles
+        for nb in notebooks.values():  # %load_ext's worker template (TensorFlow imported) ready in each
+            nb.execute("import threading\n[t.join(300) for t in threading.enumerate() if t.name == 'mwnotebook-prestart']")
+        time.sleep(3)  # then the first cell, as a user types it
         scenarios: list[tuple[str, Scenario]] = [
             ("first step, 2 workers", lambda nb: first_step_and_rate_2(nb, epochs)),
             ("worker death", lambda nb: worker_death(nb, epochs)),
-            ("1 worker", lambda nb: rate_1(nb, epochs)),
             ("ps death", lambda nb: ps_death(nb, epochs, f"{tmp}/{nb.engine}-backup")),
+            ("1 worker", lambda nb: rate_1(nb, epochs)),
         ]
         for name, scenario in scenarios:
             for nb in notebooks.values():
