@@ -1,7 +1,7 @@
 """A parameter-server cluster (``%%mwtrain --ps 1``) on three engines side by side in one run: local,
 SSH (the test hosts) and Slurm (the test Slurm).
 
-    python -m benchmarks.roles [--engines local ssh slurm] [--epochs 8]
+    python -m benchmarks.roles [--engines local ssh slurm] [--epochs 8] [--rounds 1]
 
 What is measured is what a user runs: ``%%mwtrain`` cells in a real notebook kernel (one ipykernel
 per engine, ``%load_ext mwnotebook``, ``--no-dashboard``), the cells TensorFlow's parameter-server
@@ -43,6 +43,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -276,24 +277,36 @@ def rate_1(nb: Notebook, epochs: int) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- the engines
 @contextlib.contextmanager
-def engines(names: list[str]) -> Iterator[dict[str, Notebook]]:
-    """A started notebook per engine (SSH and Slurm on one test Slurm), all stopped at the end."""
+def engine_options(names: list[str]) -> Iterator[dict[str, Callable[[int], str]]]:
+    """Per engine, the ``%%mwtrain`` options that place N worker servers and 1 ps on it (SSH and Slurm
+    on one test Slurm, made here and destroyed at the end)."""
+    options: dict[str, Callable[[int], str]] = {"local": lambda n: ""}
     with contextlib.ExitStack() as stack:
-        options: dict[str, Callable[[int], str]] = {"local": lambda n: ""}
         if {"ssh", "slurm"} & set(names):
             from benchmarks.remote import slurm_test_cluster
 
             slurm = stack.enter_context(slurm_test_cluster(2))
             hosts = ",".join(h.alias for h in slurm.nodes)
             first, last = hosts.split(",")[0], hosts.split(",")[-1]
-            # 2 worker servers: one per host; 1: on the first host, the ps kept on the last as with 2
+            # 2 worker servers: one per host (the default placement: the coordinator on the first, the
+            # ps on the last); 1: on the first host, the ps kept on the last as with 2
             options["ssh"] = lambda n: f"--hosts {hosts}" if n == 2 else f"--hosts {first} --place ps={last}"
             options["slurm"] = lambda n: '--slurm "-N 2"'
-        notebooks = {name: Notebook(name, options[name]) for name in names}
-        for nb in notebooks.values():
+        yield options
+
+
+@contextlib.contextmanager
+def notebooks(options: dict[str, Callable[[int], str]], names: list[str]) -> Iterator[dict[str, Notebook]]:
+    """A started notebook per engine, its ``%load_ext`` worker template ready; all stopped at the end."""
+    with contextlib.ExitStack() as stack:
+        started = {name: Notebook(name, options[name]) for name in names}
+        for nb in started.values():
             stack.callback(nb.close)
             nb.start()
-        yield notebooks
+        for nb in started.values():
+            nb.execute("import threading\n[t.join(300) for t in threading.enumerate() if t.name == 'mwnotebook-prestart']")
+        time.sleep(3)  # then the first cell, as a user types it
+        yield started
 
 
 Scenario = Callable[[Notebook], dict[str, Any]]
@@ -301,36 +314,85 @@ Scenario = Callable[[Notebook], dict[str, Any]]
 
 @dataclass
 class Table:
-    figures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every round's figures per engine; an engine that failed is skipped for the rest of its round."""
+
+    samples: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)
 
     def measure(self, name: str, nb: Notebook, scenario: Scenario) -> None:
-        if self.errors.get(nb.engine):
-            return  # an engine that failed once is not tried again: its state is unknown
+        if nb.engine in self.failed:
+            return  # its state is unknown after a failure: the next round starts it afresh
         started = time.time()
         try:
             got = scenario(nb)
         except Exception as exc:  # the engine's --ps does not work (yet): noted, the others go on
+            self.failed.add(nb.engine)
             self.errors.setdefault(nb.engine, []).append(f"{name}: {type(exc).__name__}: {str(exc)[:2000]}")
             traceback.print_exc()
             return
-        self.figures.setdefault(nb.engine, {}).update(got)
+        for key, value in got.items():
+            self.samples.setdefault(nb.engine, {}).setdefault(key, []).append(value)
         print(f"{nb.engine:6s} {name}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                                     for k, v in got.items())
               + f"  ({time.time() - started:.0f} s)", flush=True)
 
+    @property
+    def figures(self) -> dict[str, dict[str, Any]]:
+        """Medians over the rounds (a figure that is no number: the last round's)."""
+        def one(values: list[Any]) -> Any:
+            numbers = [v for v in values if isinstance(v, float)]
+            return statistics.median(numbers) if numbers else values[-1]
+        return {engine: {k: one(v) for k, v in figs.items()} for engine, figs in self.samples.items()}
+
     def ratios(self) -> dict[str, dict[str, float]]:
-        local = self.figures.get("local", {})
+        figures = self.figures
+        local = figures.get("local", {})
         return {engine: {k: v / local[k] for k, v in figs.items()
                          if isinstance(v, float) and isinstance(local.get(k), float) and local[k]}
-                for engine, figs in self.figures.items() if engine != "local"}
+                for engine, figs in figures.items() if engine != "local"}
+
+
+#: The figures benchmarks/README.md shows, in its order, with their row labels.
+ROWS = {
+    "to_first_step_s": "first `--workers 2` cell of the notebook -> first step (s)",
+    "to_first_step_later_cluster_1_worker_s": "a later cluster (`--workers 1`) -> first step (s)",
+    "steps_per_s_2_workers": "steps/s, 2 worker servers",
+    "steps_per_s_1_worker": "steps/s, 1 worker server",
+    "worker_kill_to_next_step_s": "worker server SIGKILL -> next step result (s)",
+    "worker_kill_to_server_back_s": "worker server SIGKILL -> its replacement named (s)",
+    "ps_kill_to_resumed_first_step_s": "ps SIGKILL -> resumed run's first step (s)",
+    "ps_restart_s": "the ps restart's own seconds (its `[mwnotebook]` line)",
+    "cluster_stop_s": "`%mwcluster stop` (s)",
+}
+
+
+def markdown(table: Table) -> str:
+    """The figures as benchmarks/README.md's table: each engine's value and its ratio to local."""
+    engines = list(table.figures)
+    ratios = table.ratios()
+    lines = ["| measurement | " + " | ".join(engines) + " |", "|---" * (len(engines) + 1) + "|"]
+    for key, label in ROWS.items():
+        cells = []
+        for engine in engines:
+            value = table.figures[engine].get(key)
+            text = f"{value:.2f}" if isinstance(value, float) else str(value if value is not None else "-")
+            if engine in ratios and key in ratios[engine]:
+                text += f" ({ratios[engine][key]:.2f}x)"
+            cells.append(text)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--epochs", type=int, default=8, help="epochs of 20 steps per fit (default 8)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds, each in fresh notebooks; figures are medians (default 1: ~5 min)")
     args = parser.parse_args()
+    if args.epochs < 6:  # the ps is killed when epoch 4 begins: the resumed run needs epochs left to train
+        parser.error(f"--epochs must be 6 or more, got {args.epochs}")
     if {"ssh", "slurm"} & set(args.engines):
         reason = slurm_cluster.unavailable_reason()
         if reason:
@@ -339,23 +401,25 @@ def main() -> int:
     run = Run("roles")
     table = Table()
     epochs = args.epochs
-    with engines(args.engines) as notebooks, tempfile.TemporaryDirectory() as tmp:
-        for nb in notebooks.values():  # %load_ext's worker template (TensorFlow imported) ready in each
-            nb.execute("import threading\n[t.join(300) for t in threading.enumerate() if t.name == 'mwnotebook-prestart']")
-        time.sleep(3)  # then the first cell, as a user types it
-        scenarios: list[tuple[str, Scenario]] = [
-            ("first step, 2 workers", lambda nb: first_step_and_rate_2(nb, epochs)),
-            ("worker death", lambda nb: worker_death(nb, epochs)),
-            ("ps death", lambda nb: ps_death(nb, epochs, f"{tmp}/{nb.engine}-backup")),
-            ("1 worker", lambda nb: rate_1(nb, epochs)),
-        ]
-        for name, scenario in scenarios:
-            for nb in notebooks.values():
-                table.measure(name, nb, scenario)
+    with engine_options(args.engines) as options, tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(args.rounds):
+            table.failed.clear()
+            with notebooks(options, args.engines) as started:
+                scenarios: list[tuple[str, Scenario]] = [
+                    ("first step, 2 workers", lambda nb: first_step_and_rate_2(nb, epochs)),
+                    ("worker death", lambda nb: worker_death(nb, epochs)),
+                    ("ps death", lambda nb: ps_death(nb, epochs, f"{tmp}/{nb.engine}-{round_}-backup")),
+                    ("1 worker", lambda nb: rate_1(nb, epochs)),
+                ]
+                for name, scenario in scenarios:
+                    for nb in started.values():
+                        table.measure(name, nb, scenario)
     results = {"epochs": epochs, "steps_per_epoch": 20, "steps_per_call": STEPS_PER_CALL,
-               "figures": table.figures, "ratio_to_local": table.ratios(), "not_measured": table.errors,
+               "rounds": args.rounds, "samples": table.samples, "figures": table.figures,
+               "ratio_to_local": table.ratios(), "not_measured": table.errors,
                "how": "%%mwtrain cells in notebook kernels (ipykernel, %load_ext mwnotebook, --no-dashboard)"}
     print(json.dumps({k: results[k] for k in ("figures", "ratio_to_local", "not_measured")}, indent=1))
+    print(markdown(table))
     print(f"written to {run.write(results)}")
     return 0
 
