@@ -96,7 +96,7 @@ def test_launcher_from_spec_places_workers_without_connecting() -> None:
     assert isinstance(launcher, SSHLauncher)
     assert [s.target for s in launcher.placement] == ["a", "u@b:2222", "u@b:2222"]
     assert launcher.python == sys.executable  # default: the notebook's interpreter path
-    assert launcher._tf_override == {"u@b:2222": "10.0.0.2"}
+    assert launcher.tf_override == {"u@b:2222": "10.0.0.2"}
     assert SSHLauncher.from_spec(ClusterSpec(hosts=("a",), workers=1, python="/opt/py")).python == "/opt/py"
     with pytest.raises(ConfigError, match="2 workers requested"):
         SSHLauncher.from_spec(ClusterSpec(workers=2, hosts=("a*3",)))

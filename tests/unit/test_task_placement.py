@@ -114,3 +114,24 @@ def test_the_spec_places_once_and_resolves_place_hosts_against_hosts():
                                 ("ps-0", "alice@a:2222"), ("ps-1", "c:23"), ("evaluator-0", "b")]
     assert spec != spec_of("--hosts alice@a:2222,b --ps 2 --evaluator")
     assert spec_of("--workers 2").task_placement is None
+
+
+def test_the_ssh_launcher_starts_each_slot_and_reserves_each_address_on_its_placed_host():
+    """launchers/base.py's contract for a launcher on several machines, as the SSH launcher keeps it
+    (no connection is made until tf_addresses / start)."""
+    from mwnotebook.launchers.ssh.launcher import SSHLauncher
+
+    spec = ClusterSpec(hosts=("a", "b"), ps=1, evaluator=True, place={"ps": ["c:2222"]},
+                       tf_address="a=10.0.0.1,c=10.0.0.3")
+    launcher = SSHLauncher.from_spec(spec)
+    assert [h.target for h in launcher.address_hosts(4)] == ["a", "a", "b", "c:2222"]
+    slots = {slot: launcher.slot_host(slot).target for slot in (0, 1, 100, 101, 102)}
+    assert slots == {0: "a", 1: "b", 100: "a", 101: "b", 102: "c:2222"}  # coordinator, evaluator, servers
+    assert launcher.tf_override == {"a": "10.0.0.1", "c:2222": "10.0.0.3"}
+    with pytest.raises(ConfigError, match="launch slot 2 is no task"):
+        launcher.slot_host(2)
+    # without a task placement (the launcher made by hand): worker slot i is slot i and address i
+    plain = SSHLauncher(["a", "b"])
+    assert [h.target for h in plain.address_hosts(2)] == ["a", "b"] and plain.slot_host(1).target == "b"
+    with pytest.raises(ConfigError, match="3 workers requested"):
+        plain.address_hosts(3)

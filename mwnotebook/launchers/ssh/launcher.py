@@ -111,7 +111,9 @@ class SSHLauncher:
         self.connect_timeout = connect_timeout
         self.startup_timeout = startup_timeout
         self.cwd = cwd
-        self._tf_override = parse_tf_address(tf_address, self.placement)
+        #: ``--tf-address``: the address a host's tasks are reached at, keyed by every host that runs a
+        #: task (a --place host too); a host not in it: the address it was reached at.
+        self.tf_override = parse_tf_address(tf_address, list(self._host_specs.values()))
         self._ssh_options = dict(ssh_options or {})
         #: ``ssh -F FILE`` (default: $MWNOTEBOOK_SSH_CONFIG, else OpenSSH's own choice).
         self.ssh_config = ssh_config
@@ -197,7 +199,7 @@ class SSHLauncher:
 
     # -- TensorFlow addresses ------------------------------------------------------------------
 
-    def _address_hosts(self, count: int) -> list[HostSpec]:
+    def address_hosts(self, count: int) -> list[HostSpec]:
         """The host of each of ``count`` training tasks, in address order."""
         if self.tasks is None:
             if count != len(self.placement):
@@ -209,7 +211,7 @@ class SSHLauncher:
             raise ConfigError(f"{count} TensorFlow tasks requested but the placement has {len(hosts)}")
         return [self._host_specs[name] for name in hosts]
 
-    def _slot_host(self, slot: int) -> HostSpec:
+    def slot_host(self, slot: int) -> HostSpec:
         """The host of launch slot ``slot`` (ConfigError for a slot that has none)."""
         if self.tasks is None:
             if not 0 <= slot < len(self.placement):
@@ -226,7 +228,7 @@ class SSHLauncher:
 
     async def tf_addresses(self, count: int) -> list[str]:
         """Reserve one gRPC port per training task on its own host; ``host:port`` per task."""
-        address_hosts = self._address_hosts(count)
+        address_hosts = self.address_hosts(count)
         await self._release_ports()
         by_host: dict[HostKey, tuple[HostSpec, list[int]]] = {}
         for index, spec in enumerate(address_hosts):
@@ -250,7 +252,7 @@ class SSHLauncher:
                 event = await self._first_event(agent, spec, self.connect_timeout + 10)
             finally:
                 await spares
-            host_address = self._tf_override.get(spec.target) or str(event["address"])
+            host_address = self.tf_override.get(spec.target) or str(event["address"])
             for index, port in zip(indices, event["ports"]):
                 addresses[index] = format_address(host_address, int(port))
 
@@ -280,7 +282,7 @@ class SSHLauncher:
 
     async def start(self, index: int, env: Mapping[str, str]) -> SSHKernelHandle:
         """Start launch slot ``index``'s kernel on its host (a restart: the same slot and ``env``)."""
-        spec = self._slot_host(index)
+        spec = self.slot_host(index)
         try:
             return await self._start(index, spec, env)
         except ClusterStartError as exc:
