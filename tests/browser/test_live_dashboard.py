@@ -169,5 +169,7 @@ def test_live_chart_grows_while_the_cell_runs(lab: Lab, page, artifacts_dir):
     (artifacts_dir / "browser_live_dashboard_rate.json").write_text(json.dumps(rate, indent=1))
     assert rate["updates"] >= 5, rate
     assert rate["mean_updates_per_s"] <= 5.5, rate
-    # sent at most every 0.2 s, but a busy kernel and the websocket may deliver two close together
-    assert rate["max_updates_in_1s"] <= 8, rate
+    # The busiest second is recorded, not asserted: the kernel sends at most every 0.2 s (the
+    # throttle's send times are checked in tests/unit/test_dashboard.py), but arrival times in the
+    # page bunch after a stall of the kernel or the websocket (11 in one second at load 12, while
+    # 6 at load 9, in one helper's runs), so a bound on them tests the machine's load, not the product.
