@@ -18,10 +18,9 @@ Three such walks run in every worker, none of them at the user's request:
   ``_fix_linecache_record``).
 
 The template computes what they need once, before it forks (:func:`remember`); a forked worker's
-kernel and autograph use that (:func:`install`), together with the modules imported since the
-template froze its objects, found among the objects the garbage collector still tracks (the
-template's are frozen, ``gc.freeze``, so only objects created since are visited). Each gets the same
-answer as its walk would have given.
+kernel and autograph use that (:func:`install`), together with the modules imported since, read
+from the end of ``sys.modules`` (:func:`_later_modules`). Each gets the same answer as its walk
+would have given.
 
 A kernel that was not forked from a template (an exec'd worker) has nothing remembered and walks as
 usual: nothing of its is shared.
@@ -30,7 +29,7 @@ usual: nothing of its is shared.
 from __future__ import annotations
 
 import functools
-import gc
+import itertools
 import logging
 import sys
 import types
@@ -44,6 +43,7 @@ log = logging.getLogger(__name__)
 _template_files: list[str] | None = None
 _template_names: frozenset[str] = frozenset()
 _template_by_file: dict[str, list[types.ModuleType]] = {}
+_template_modules: dict[str, Any] = {}
 
 
 def _files(modules: Iterable[Any]) -> list[str]:
@@ -53,8 +53,9 @@ def _files(modules: Iterable[Any]) -> list[str]:
 
 def remember() -> None:
     """In the template, after its imports and before ``gc.freeze``: list the loaded modules' files."""
-    global _template_files, _template_names, _template_by_file
+    global _template_files, _template_names, _template_by_file, _template_modules
     loaded = sys.modules.copy()
+    _template_modules = loaded
     _template_files = _files(loaded.values())
     _template_names = frozenset(loaded)
     by_file: dict[str, list[types.ModuleType]] = {}
@@ -65,13 +66,32 @@ def remember() -> None:
     _template_by_file = by_file
 
 
+#: How many entries :func:`_later_modules` reads beyond the number of modules imported since the
+#: template: room for template modules deleted from ``sys.modules`` since (each shortens the count).
+TAIL_MARGIN = 64
+
+
 def _later_modules() -> list[types.ModuleType]:
-    """Modules created since the template froze its objects (those the collector still tracks)."""
-    return [o for o in gc.get_objects() if isinstance(o, types.ModuleType)]
+    """Modules imported since the template remembered its own: ``sys.modules`` keeps insertion order,
+    so they are its last entries, read from the end (one C call) touching only about
+    :data:`TAIL_MARGIN` of the template's entries. A template module imported again under its name
+    (deleted, then imported) counts as later: its object is not the template's.
+
+    Not ``gc.get_objects()`` (the first way): its list holds every tracked object, among them a tuple
+    another thread may be building (``tuple(generator)`` grows it in place, which needs it unshared);
+    held across a thread switch, that thread's resize fails with ``SystemError:
+    Objects/tupleobject.c:927: bad argument to internal function`` (seen once in four runs of
+    tests/remote/test_roles_ssh.py, in a --ps coordinator whose closure threads ran while autograph
+    converted a function; tests/unit/test_module_walk_threads.py reproduces it).
+    """
+    count = len(sys.modules) - len(_template_names) + TAIL_MARGIN
+    newest = list(itertools.islice(reversed(sys.modules.items()), max(count, 0)))
+    return [module for name, module in newest if isinstance(module, types.ModuleType)
+            and (name not in _template_names or _template_modules.get(name) is not module)]
 
 
 def module_files() -> list[str]:
-    """The files of all loaded modules, touching only objects created since the template froze its own."""
+    """The files of all loaded modules, touching only the modules imported since the template remembered its own."""
     return [*(_template_files or ()), *_files(_later_modules())]
 
 
@@ -79,9 +99,8 @@ _later_cache: tuple[int, list[types.ModuleType]] = (-1, [])
 
 
 def _later_modules_cached() -> list[types.ModuleType]:
-    """:func:`_later_modules`, scanned again only when ``sys.modules`` changed size: autograph asks
-    once per function it converts, and a scan visits every object the worker created (a session's
-    graphs and functions: hundreds of thousands after a few runs of a training cell)."""
+    """:func:`_later_modules`, read again only when ``sys.modules`` changed size: autograph asks
+    once per function it converts."""
     global _later_cache
     size = len(sys.modules)
     if _later_cache[0] != size:
