@@ -11,8 +11,8 @@ with ``BackupAndRestore`` (tests/reliability/chaos.py), on the network-namespace
 
 The undisturbed run is made once per module (the ``reference`` fixture). The link goes down when
 worker 0's live curve (the metric records of its Keras reporter) has passed epoch 2, and every
-worker's curve must cover every epoch: a stock ``fit`` on SSH workers sends its records like a
-local one. Nothing is left running on the hosts after each test (the ``ssh_home`` fixture checks).
+worker's curve must cover every epoch (a stock ``fit`` on SSH workers sends its records like a
+local one), except, for a lost worker, the record it had not sent yet when its link went down. Nothing is left running on the hosts after each test (the ``ssh_home`` fixture checks).
 """
 
 from __future__ import annotations
@@ -132,11 +132,16 @@ def outage_run(ssh_home: netns_hosts.TestNet, tmp_path: Path) -> Iterator[Outage
 
 
 def check_result(result: RunResult, outage: Outage, reference: list[str]) -> None:
+    """The final lines are the undisturbed run's, and each worker's live curve covers every epoch,
+    the outage's attempt included. A worker that was lost may miss the one epoch record it had
+    not yet sent when its link went down (the restart's ``epoch``: the last one reported before
+    the loss): that record went with the SSH connection, and the resumed ``fit`` starts after it."""
     assert [final_line(result.stdout(i)) for i in range(2)] == reference
     assert len(result.restarts) == len(outage.restarts) <= 3
-    for worker in range(2):  # each worker's fit sent its live curve, the outage's attempt included
+    for worker in range(2):
         epochs = {r["epoch"] for r in result.metrics if r.get("worker") == worker and r.get("kind") == "epoch"}
-        assert epochs == set(range(8)), (worker, sorted(epochs))
+        in_flight = {r.epoch for r in outage.restarts if r.worker == worker}
+        assert set(range(8)) - in_flight <= epochs <= set(range(8)), (worker, sorted(epochs), in_flight)
 
 
 def test_a_host_offline_for_5_s_mid_fit_does_not_change_the_result(outage_run: OutageRun,
