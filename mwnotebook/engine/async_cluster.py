@@ -200,16 +200,28 @@ class AsyncCluster:
         if not task.cancelled():
             task.exception()  # retrieved here so a failed background start is not logged as lost
 
-    async def restart(self, on_event: EventSink | None = None) -> None:
-        """Replace every worker process with a fresh one (same TF_CONFIGs). Variables are lost."""
+    async def restart(self, on_event: EventSink | None = None) -> list[str]:
+        """Replace every worker process with a fresh one (same TF_CONFIGs, unless tasks moved off a
+        failed node: the lines saying where are returned). Variables are lost."""
         if self._notebook:
             raise ClusterStateError(notebook_coordinator.NO_RESTART)
         if not self._group.workers:
             raise ClusterStateError(NOT_RUNNING)
         await self._group.drop_release()
+        return await self._renew(self._states.sink(on_event or ignore_event), servers_too=True)
+
+    async def _renew(self, sink: EventSink, servers_too: bool) -> list[str]:
+        """What every restart does (``%mwcluster restart``, the restart after a failed cell or a lost
+        ps, ``--max-restarts``): the cell kernels killed, every task moved off failed nodes by the
+        launcher's one rule (config/slurm_nodes.py; new addresses then), the servers renewed when
+        asked, when tasks moved or when a ps is gone, fresh kernels started. The moves' lines."""
         await self._group.drop()
-        await self._start_servers()
-        await self._group.start(self._states.sink(on_event or ignore_event))
+        moved = await self._group.move_off_lost_nodes()
+        self._moved += [line for line in moved if line not in self._moved]  # kept if the start fails
+        if servers_too or moved or not await self._roles.every_ps_alive():
+            await self._start_servers()
+        await self._group.start(sink)
+        return moved
 
     async def restart_in_background(self) -> None:
         """Kill every worker now and start fresh ones without waiting for them.
@@ -221,8 +233,7 @@ class AsyncCluster:
         await self._group.drop()
 
         async def start_fresh() -> None:  # after the failed cell's output ended: nobody to tell
-            await self._start_servers()
-            await self._group.start(self._states.sink(ignore_event))
+            await self._renew(self._states.sink(ignore_event), servers_too=True)
 
         task = asyncio.ensure_future(start_fresh())
         task.add_done_callback(self._start_finished)
@@ -387,12 +398,7 @@ class AsyncCluster:
         the launcher moved workers off a lost node (new addresses; the lines saying where are
         returned). On a --ps cluster that lost a parameter server, fresh servers too: the variables
         are gone, and only every task new can go on (the cell's BackupAndRestore then resumes it)."""
-        await self._group.drop()
-        moved = await self._group.move_off_lost_nodes()
-        self._moved += [line for line in moved if line not in self._moved]
-        if moved or not await self._roles.every_ps_alive():
-            await self._start_servers()
-        await self._group.start(self._states.sink(emit))
+        await self._renew(self._states.sink(emit), servers_too=False)
         if setup:
             await self._group.run_fresh_setup(setup)
         said, self._moved = self._moved, []

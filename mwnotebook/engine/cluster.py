@@ -212,9 +212,11 @@ class Cluster:
         except Exception:  # the kill must go on
             log.debug("no stacks on the second interrupt", exc_info=True)
 
-    def restart(self, on_event: EventSink | None = None) -> None:
-        """Replace every worker with a fresh process (same TF_CONFIGs); their variables are lost."""
-        self._run_with_events(lambda sink: self._core.restart(on_event=sink), on_event, on_interrupt=self._abandon)
+    def restart(self, on_event: EventSink | None = None) -> list[str]:
+        """Replace every worker with a fresh process (same TF_CONFIGs); their variables are lost.
+        Tasks of a failed Slurm node move to a spare node first: the lines saying where."""
+        return self._run_with_events(lambda sink: self._core.restart(on_event=sink), on_event,
+                                     on_interrupt=self._abandon)
 
     def stop(self) -> None:
         """Shut all workers down and release their ports and files. The cluster can be started again."""

@@ -220,3 +220,27 @@ def test_a_failed_node_s_tasks_move_to_the_spare_node_and_the_fit_resumes(
             assert slurm3_env.jobs() == job  # the same allocation
     finally:
         resume(slurm3_env, n1)
+
+
+def _down(cluster: slurm_cluster.SlurmCluster, node: str) -> None:
+    cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=mwnotebook-test")
+
+
+def test_restart_moves_the_tasks_of_a_failed_node_to_the_spare_node(slurm3_env: slurm_cluster.SlurmCluster) -> None:
+    """``Cluster.restart()`` (``%mwcluster restart``) after a node failed between cells: the same rule
+    as ``--max-restarts`` (config/slurm_nodes.py), not a restart on the failed node."""
+    from tests.slurm.test_slurm_node_loss import resume
+
+    n0, n1, n2 = slurm3_env.node_names
+    where = "import os; print(os.environ['SLURMD_NODENAME'])"
+    try:
+        with Cluster(workers=2, cpu=True, slurm="-N 3") as cluster:
+            result = cluster.run(where, timeout=120)
+            assert [result.stdout(i).strip() for i in range(2)] == [n0, n1]
+            _down(slurm3_env, n1)
+            assert cluster.restart() == [f"node {n1} lost; worker 1 restarted on node {n2}"]
+            result = cluster.run(where, timeout=120)
+            assert [result.stdout(i).strip() for i in range(2)] == [n0, n2]
+    finally:
+        resume(slurm3_env, n1)
+

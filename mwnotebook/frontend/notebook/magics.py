@@ -262,8 +262,8 @@ class MWMagics(Magics):
         elif ns.action == "stacks":
             print(running.stacks().text())
         elif ns.action == "restart":
-            running.restart()
-            print(f"mwnotebook: restarted {running.spec.workers} workers")
+            moved = running.restart()
+            print(f"mwnotebook: restarted {running.spec.workers} workers" + "".join(f"; {m}" for m in moved))
 
 
 def start_notebook_coordinator(session: NotebookSession, spec: ClusterSpec) -> None:
