@@ -86,17 +86,25 @@ class RayTestCluster:
     head: RayNode
     workers: list[RayNode]
     address: str = ""
+    #: The head's Ray Client server (``ray://HEAD:PORT``).
+    client_address: str = ""
     log: list[str] = field(default_factory=list)
+    #: The ``ray`` command that starts the nodes (another Python's for a version-mismatch cluster).
+    ray_bin: str = RAY
 
     def env(self) -> dict[str, str]:
         return {"RAY_USAGE_STATS_ENABLED": "0"}
 
     def processes(self) -> list[psutil.Process]:
-        """Every process of this cluster (the raylets, GCS, agents, Ray workers and their children)."""
+        """Every process of this cluster (the raylets, GCS, agents, Ray workers and their children),
+        the head's Ray Client server too: its command line names the GCS address, not the temp
+        directory. (Left running, its per-client server kept Ray's fixed port 23000, and the next
+        cluster's first ``ray://`` client failed: "SpecificServer startup failed".)"""
         found: dict[int, psutil.Process] = {}
+        gcs = f"--address={self.address}" if self.address else None
         for proc in psutil.process_iter(["cmdline"]):
             cmd = " ".join(proc.info["cmdline"] or [])
-            if str(self.temp_dir) in cmd:
+            if str(self.temp_dir) in cmd or (gcs is not None and gcs in cmd.split()):
                 found[proc.pid] = proc
                 try:
                     for child in proc.children(recursive=True):
@@ -128,6 +136,15 @@ class RayTestCluster:
             except psutil.NoSuchProcess:
                 continue
         return pids
+
+    def log_tail(self, pattern: str, chars: int = 3000) -> str:
+        """The end of the newest session's log files matching ``pattern`` (for a failure's message)."""
+        parts = []
+        for path in sorted(self.temp_dir.glob(f"session_*/logs/{pattern}")):
+            text = path.read_text(errors="replace").strip()
+            if text:
+                parts.append(f"--- {path.name}:\n{text[-chars:]}")
+        return "\n".join(parts) or f"(no {pattern} under {self.temp_dir})"
 
     def kill_node(self, node: RayNode) -> None:
         """A node's machine dies: SIGKILL to its raylet and everything it started."""
@@ -254,7 +271,7 @@ def _start_node(cluster: RayTestCluster, node: RayNode, role: list[str]) -> None
     env = {**os.environ, **cluster.env()}
     # a raised priority needs root; without it the nodes start at the normal one
     nice = ["nice", "-n", "-10"] if os.geteuid() == 0 else []
-    argv = [*nice, RAY, "start", *role, f"--node-ip-address={node.ip}", f"--num-cpus={node.cpus}",
+    argv = [*nice, cluster.ray_bin, "start", *role, f"--node-ip-address={node.ip}", f"--num-cpus={node.cpus}",
             "--num-gpus=0", "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}",
             *node.ports()]
     for attempt in range(1, START_ATTEMPTS + 1):
@@ -286,14 +303,15 @@ def _start_node(cluster: RayTestCluster, node: RayNode, role: list[str]) -> None
     raise RuntimeError(f"ray start on {node.ip} failed {START_ATTEMPTS} times: " + "; ".join(cluster.log))
 
 
-def create(worker_cpus: tuple[int, ...] = (2, 2)) -> RayTestCluster:
+def create(worker_cpus: tuple[int, ...] = (2, 2), *, ray_bin: str = RAY) -> RayTestCluster:
     """A head on 127.0.0.1 (Ray names it by this machine's address) and one worker node per entry
-    of ``worker_cpus`` on 127.0.0.2, 127.0.0.3, ..., started one after the other."""
+    of ``worker_cpus`` on 127.0.0.2, 127.0.0.3, ..., started one after the other, each with
+    ``ray_bin`` (this interpreter's ``ray`` by default)."""
     temp_dir = Path(tempfile.mkdtemp(prefix="mwray-", dir="/tmp"))
     base = free_base(len(worker_cpus) + 1)
     head = RayNode("127.0.0.1", 0, 0, base)
     workers = [RayNode(f"127.0.0.{i + 2}", i + 1, cpus, base) for i, cpus in enumerate(worker_cpus)]
-    cluster = RayTestCluster(temp_dir, head, workers)
+    cluster = RayTestCluster(temp_dir, head, workers, ray_bin=ray_bin)
     try:
         _start_node(cluster, head, ["--head", f"--port={base}", "--include-dashboard=false",
                                     f"--temp-dir={temp_dir}", f"--ray-client-server-port={base + 7}"])
@@ -302,6 +320,7 @@ def create(worker_cpus: tuple[int, ...] = (2, 2)) -> RayTestCluster:
         head.ip = get_node_ip_address()  # Ray replaces 127.0.0.1 by the machine's own address
         head.raylet_pid = _raylet_pid(temp_dir, head.ip)
         cluster.address = f"{head.ip}:{base}"
+        cluster.client_address = f"ray://{head.ip}:{base + 7}"
         for node in workers:
             cluster.start_worker(node)
     except BaseException:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import shlex
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from mwnotebook import ClusterSpec
 from mwnotebook.config.options import add_cluster_arguments, spec_from_options
 from mwnotebook.errors import ConfigError
-from mwnotebook.launchers.ray.session import head_endpoint, init_error
+from mwnotebook.launchers.ray.session import head_endpoint, init_error, resolve_address
 
 
 def test_the_options_give_the_ray_fields() -> None:
@@ -44,18 +45,81 @@ def test_the_head_endpoint_of_each_address_form() -> None:
     assert head_endpoint("auto") is None
 
 
-def test_a_version_mismatch_says_what_to_install() -> None:
-    exc = RuntimeError("Version mismatch: The cluster was started with:\n    Ray: 2.59.0\n    Python: 3.11.7\n"
-                       "This process on node 10.0.0.9 was started with:\n    Ray: 2.60.0\n    Python: 3.11.7\n")
-    text = str(init_error("10.0.0.5:6379", exc))
-    assert "the notebook's Ray or Python version differs from the cluster's" in text
-    assert "pip install 'ray==X.Y.Z'" in text
+def test_auto_is_ray_address_when_it_is_set() -> None:
+    assert resolve_address("auto", {"RAY_ADDRESS": "10.0.0.5:6379"}) == "10.0.0.5:6379"
+    assert resolve_address("auto", {"RAY_ADDRESS": " "}) == "auto"
+    assert resolve_address("auto", {}) == "auto"
+    assert resolve_address("10.0.0.7:6379", {"RAY_ADDRESS": "10.0.0.5:6379"}) == "10.0.0.7:6379"
+
+
+def test_auto_without_a_cluster_says_what_to_give() -> None:
+    exc = ConnectionError("Could not find any running Ray instance. Please specify the one to connect to by "
+                          "setting `--address` flag or `RAY_ADDRESS` environment variable.")
+    text = str(init_error("auto", exc, "auto"))
+    assert text.startswith("--ray auto: no Ray cluster runs on this machine and RAY_ADDRESS is not set"), text
+    assert "--ray HEAD_HOST:6379" in text
+    # auto that stood for RAY_ADDRESS names it
+    text = str(init_error("auto", ConnectionError("GCS gone"), "10.0.0.5:6379"))
+    assert text.startswith("--ray auto (RAY_ADDRESS=10.0.0.5:6379): could not connect"), text
+
+
+def ray_mismatch_text(cluster_ray: str, cluster_python: str, where: str) -> str:
+    """Ray's own text for a mismatch, from Ray's own check (what ``ray.init`` raises)."""
+    from ray._private.utils import check_version_info
+
+    with pytest.raises(RuntimeError) as info:
+        check_version_info({"ray_version": cluster_ray, "python_version": cluster_python}, where)
+    return str(info.value)
+
+
+def test_a_python_minor_mismatch_names_both_versions_and_what_to_install() -> None:
+    import ray
+
+    here = platform.python_version()
+    other = "3.12.1" if not here.startswith("3.12.") else "3.11.7"
+    text = str(init_error("10.0.0.5:6379", RuntimeError(ray_mismatch_text(ray.__version__, other, "node 10.0.0.9"))))
+    assert text == (f"--ray 10.0.0.5:6379: the notebook's Ray and Python must be the cluster's: Python {other} on "
+                    f"the cluster, Python {here} here. Run the notebook's kernel under Python {other[:4]} (the "
+                    f"cluster's {other}) with pip install 'ray=={ray.__version__}' 'mwnotebook[ray]'"), text
+
+
+def test_a_ray_mismatch_through_ray_client_names_both() -> None:
+    import ray
+
+    here = platform.python_version()
+    text = str(init_error("ray://h:10001", RuntimeError(ray_mismatch_text("2.59.0", here, "Ray Client"))))
+    assert f"Ray 2.59.0 on the cluster, Ray {ray.__version__} here." in text, text
+    assert f"Python {here} here" not in text and "pip install 'ray==2.59.0'" in text, text
+
+
+def test_a_patch_mismatch_says_how_a_driver_may_keep_its_python() -> None:
+    import ray
+
+    major, minor, patch = platform.python_version_tuple()
+    other = f"{major}.{minor}.{int(patch) + 1}"
+    text = str(init_error("h:6379", RuntimeError(ray_mismatch_text(ray.__version__, other, "node h"))))
+    assert f"Python {other} on the cluster, Python {platform.python_version()} here" in text, text
+    assert "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor" in text and "ray://HEAD_HOST:10001" in text, text
 
 
 def test_a_connection_failure_names_ray_client_and_the_head_logs() -> None:
     text = str(init_error("10.0.0.5:6379", ConnectionError("Could not find any running Ray instance")))
     assert "--ray ray://HEAD_HOST:10001" in text and "raylet.out" in text
 
+
+
+def test_a_ray_client_failure_shows_the_servers_own_line() -> None:
+    """Ray Client's failure is a header with the head's traceback after it: the sentence keeps the
+    traceback's last line, which names the head's log."""
+    exc = ConnectionAbortedError(
+        "Initialization failure from server:\nTraceback (most recent call last):\n  File \"proxier.py\", "
+        "line 779, in Datapath\n    raise RuntimeError(\nRuntimeError: Proxy failed to Connect to backend! "
+        "Check `ray_client_server.err` and `ray_client_server_23000.err` on the head node\n")
+    text = str(init_error("ray://10.0.0.5:10001", exc))
+    assert text.startswith("--ray ray://10.0.0.5:10001: could not connect to the Ray cluster: Initialization "
+                           "failure from server: RuntimeError: Proxy failed to Connect to backend! Check "
+                           "`ray_client_server.err`"), text
+    assert "connect through Ray Client" not in text
 
 
 def test_the_ray_launcher_declares_what_it_has() -> None:

@@ -1,5 +1,6 @@
 """Workers on a real Ray cluster (ray_nodes.py: a head and two worker nodes on 127.0.0.2 and
-127.0.0.3): the seed through ``mwnotebook run --ray``, the workers on distinct nodes, the bad inputs,
+127.0.0.3): the seed through ``mwnotebook run --ray ray://...`` (Ray Client), the workers on distinct
+nodes through ``--ray auto``, the head's ``HOST:PORT`` in the rest, the bad inputs,
 a notebook process SIGKILLed, and last a node killed mid-training (the node is started again after).
 ``ray_env`` checks after each test that no relay actor is left."""
 
@@ -48,24 +49,36 @@ def wait_until(check: object, timeout: float) -> bool:
     return bool(check())  # type: ignore[operator]
 
 
-def test_the_seed_through_mwnotebook_run_with_ray(ray_env: ray_nodes.RayTestCluster, tmp_path: Path) -> None:
-    """The option as a user types it: each worker prints the seed's exact line, labelled."""
+#: Appended to the seed: the worker's own TF_CONFIG address (its bundle's node), after the seed's line.
+WHERE_LINE = ('\nimport json as _json, os as _os\n_c = _json.loads(_os.environ["TF_CONFIG"])\n'
+              'print("at", _c["cluster"]["worker"][_c["task"]["index"]].rsplit(":", 1)[0])\n')
+
+
+def test_the_seed_through_mwnotebook_run_with_ray_client(ray_env: ray_nodes.RayTestCluster, tmp_path: Path) -> None:
+    """The option as a user types it, through Ray Client (``ray://HEAD:PORT``, the head's client
+    server): each worker prints the seed's exact line, labelled, each on its own node."""
     script = tmp_path / "seed.py"
-    script.write_text(SEED_CELL)
+    script.write_text(SEED_CELL + WHERE_LINE)
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "mwnotebook.frontend.cli.command", "run", "--ray", ray_env.address, "--cpu",
-         "--no-report", str(script)],
+        [sys.executable, "-m", "mwnotebook.frontend.cli.command", "run", "--ray", ray_env.client_address,
+         "--cpu", "--no-report", str(script)],
         cwd=tmp_path, env={**os.environ, **ray_env.env()}, capture_output=True, text=True, timeout=500)
-    print(f"mwnotebook run --ray: {time.monotonic() - started:.1f} s")
-    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"mwnotebook run --ray {ray_env.client_address}: {time.monotonic() - started:.1f} s")
+    assert done.returncode == 0, done.stderr[-3000:] + ray_env.log_tail("ray_client_server*")
     lines = done.stdout.splitlines()
     for i in range(2):
         assert f"[worker {i}] {expected_line(i)}" in lines, done.stdout[-3000:]
+    nodes = sorted(line.rsplit(" ", 1)[1] for line in lines if line.startswith("[worker ") and "] at " in line)
+    assert nodes == ["127.0.0.2", "127.0.0.3"], done.stdout[-3000:]
 
 
-def test_workers_on_distinct_nodes_and_nothing_left_after_stop(ray_env: ray_nodes.RayTestCluster) -> None:
-    with Cluster(ray=ray_env.address, cpu=True) as cluster:
+def test_auto_workers_on_distinct_nodes_and_nothing_left_after_stop(
+        ray_env: ray_nodes.RayTestCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--ray auto`` is Ray's own: the cluster RAY_ADDRESS names (other test sessions' clusters may
+    run on this machine, so the test names its own)."""
+    monkeypatch.setenv("RAY_ADDRESS", ray_env.address)
+    with Cluster(ray="auto", cpu=True) as cluster:
         cluster.start()
         workers = cluster.tf_configs[0]["cluster"]["worker"]
         assert sorted(w.rsplit(":", 1)[0] for w in workers) == ["127.0.0.2", "127.0.0.3"], workers
@@ -80,12 +93,22 @@ def test_workers_on_distinct_nodes_and_nothing_left_after_stop(ray_env: ray_node
     assert all(state == "REMOVED" for state in placement_groups(ray_env.address))
 
 
-def test_an_unreachable_address_fails_at_once(ray_env: ray_nodes.RayTestCluster) -> None:
+@pytest.mark.parametrize(("address", "env", "shown"), [
+    ("127.0.0.1:1", None, "127.0.0.1:1"),
+    ("ray://127.0.0.1:1", None, "ray://127.0.0.1:1"),
+    ("auto", "127.0.0.1:1", "auto (RAY_ADDRESS=127.0.0.1:1)"),
+])
+def test_an_unreachable_address_fails_at_once(ray_env: ray_nodes.RayTestCluster, monkeypatch: pytest.MonkeyPatch,
+                                              address: str, env: str | None, shown: str) -> None:
+    if env is not None:
+        monkeypatch.setenv("RAY_ADDRESS", env)
     started = time.monotonic()
-    with pytest.raises(ClusterStartError, match=r"nothing answers at 127\.0\.0\.1:1 .*ray start --head"):
-        with Cluster(ray="127.0.0.1:1", cpu=True) as cluster:
+    with pytest.raises(ClusterStartError) as info:
+        with Cluster(ray=address, cpu=True) as cluster:
             cluster.start()
-    print(f"unreachable address: the error after {time.monotonic() - started:.1f} s")
+    assert str(info.value).startswith(f"--ray {shown}: nothing answers at 127.0.0.1:1 "), info.value
+    assert "ray start --head" in str(info.value), info.value
+    print(f"unreachable address {shown}: the error after {time.monotonic() - started:.1f} s")
 
 
 def test_too_few_cpus_for_the_bundles_is_named_and_nothing_is_left(ray_env: ray_nodes.RayTestCluster) -> None:

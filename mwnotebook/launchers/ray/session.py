@@ -10,9 +10,10 @@ import asyncio
 import importlib
 import logging
 import os
+import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,6 +45,23 @@ def import_ray() -> Any:
                           "pip install 'mwnotebook[ray]', the same Ray version as the cluster's") from None
 
 
+#: Ray's own variable for the cluster ``auto`` means (``ray.init`` reads it for ``auto``).
+ADDRESS_ENV = "RAY_ADDRESS"
+
+
+def resolve_address(address: str, environ: Mapping[str, str]) -> str:
+    """The address ``ray.init`` will connect to: for ``auto``, ``RAY_ADDRESS`` when it is set
+    (Ray's rule), else ``auto`` (Ray then looks for a cluster started on this machine)."""
+    if address == "auto":
+        return environ.get(ADDRESS_ENV, "").strip() or address
+    return address
+
+
+def describe(address: str, resolved: str) -> str:
+    """How an error names the address: ``auto`` with what it resolved to."""
+    return address if resolved == address else f"{address} ({ADDRESS_ENV}={resolved})"
+
+
 def head_endpoint(address: str) -> tuple[str, int] | None:
     """``(host, port)`` of the head for a ``HOST:PORT`` or ``ray://HOST:PORT`` address; None for auto."""
     if address == "auto":
@@ -54,31 +72,88 @@ def head_endpoint(address: str) -> tuple[str, int] | None:
     return parts.hostname, parts.port
 
 
-def check_reachable(address: str) -> None:
+def check_reachable(address: str, resolved: str | None = None) -> None:
     """A :class:`ClusterStartError` within :data:`REACH_SECONDS` when nothing listens at the head's
-    address (``ray.init`` itself retries for a minute or more)."""
-    endpoint = head_endpoint(address)
+    address (``ray.init`` itself retries for a minute or more, and its thread outlives a timeout).
+    ``resolved``: what ``auto`` stands for (:func:`resolve_address`)."""
+    resolved = resolved or address
+    endpoint = head_endpoint(resolved)
     if endpoint is None:
         return
     try:
         socket.create_connection(endpoint, timeout=REACH_SECONDS).close()
     except OSError as exc:
-        raise ClusterStartError(f"--ray {address}: nothing answers at {endpoint[0]}:{endpoint[1]} ({exc}); "
+        raise ClusterStartError(f"--ray {describe(address, resolved)}: nothing answers at "
+                                f"{endpoint[0]}:{endpoint[1]} ({exc}); "
                                 "is the Ray head running (ray start --head) and is this its address "
                                 "(the GCS port, 6379 by default, or ray://HOST:10001 for Ray Client)?") from None
 
 
-def init_error(address: str, exc: BaseException) -> ClusterStartError:
-    """``ray.init``'s failure as a sentence a user can act on."""
+def _gist(text: str) -> str:
+    """The line of an error's text that says what happened: its first, or for a header with a
+    traceback after it (Ray Client's "Initialization failure from server:") the header and the
+    traceback's last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[-1]}"
+    return lines[0]
+
+
+#: Ray's text for a version mismatch (``ray/_private/utils.py`` ``check_version_info``): the
+#: cluster's versions, then this process's: "... started with:\n    Ray: X\n    Python: Y\n".
+_STARTED_WITH = re.compile(r"started with:\s*Ray:\s*(\S+)\s*Python:\s*(\S+)")
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def version_mismatch(address: str, text: str) -> ClusterStartError | None:
+    """Ray's "Version mismatch" (raised by ``ray.init`` before anything is placed) as a sentence
+    naming both sides' versions and what to do; None for any other text. A driver (``HOST:PORT``,
+    ``auto``) must match the cluster's Python to the patch version (Ray's default), a Ray Client
+    (``ray://``) to the minor version."""
+    found = _STARTED_WITH.findall(text)
+    if "version mismatch" not in text.lower() or len(found) < 2:
+        return None
+    (cluster_ray, cluster_python), (our_ray, our_python) = found[0], found[1]
+    differ = []
+    if cluster_ray != our_ray:
+        differ.append(f"Ray {cluster_ray} on the cluster, Ray {our_ray} here")
+    if cluster_python != our_python:
+        differ.append(f"Python {cluster_python} on the cluster, Python {our_python} here")
+    todo = (f"Run the notebook's kernel under Python {_minor(cluster_python)} (the cluster's {cluster_python}) "
+            f"with pip install 'ray=={cluster_ray}' 'mwnotebook[ray]'")
+    if _minor(cluster_python) == _minor(our_python) and cluster_python != our_python:
+        todo += (f", or keep Python {our_python}: Ray wants the same patch version from a driver "
+                 "(HOST:PORT, auto) unless RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor is set in the notebook's "
+                 "environment; through Ray Client (ray://HEAD_HOST:10001) the minor version is enough")
+    return ClusterStartError(f"--ray {address}: the notebook's Ray and Python must be the cluster's: "
+                             f"{'; '.join(differ) or 'they differ'}. {todo}")
+
+
+def init_error(address: str, exc: BaseException, resolved: str | None = None) -> ClusterStartError:
+    """``ray.init``'s failure as a sentence a user can act on (``resolved``: what ``auto`` stood for)."""
     text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
+    first = _gist(text) or type(exc).__name__
+    if (resolved or address) == "auto" and "could not find any running ray instance" in text.lower():
+        return ClusterStartError(f"--ray auto: no Ray cluster runs on this machine and {ADDRESS_ENV} is not "
+                                 "set. Give the head's address (--ray HEAD_HOST:6379, or ray://HEAD_HOST:10001 "
+                                 f"from outside the cluster), or set {ADDRESS_ENV} in the notebook's environment")
+    target = resolved or address
+    address = describe(address, target)
+    mismatch = version_mismatch(address, text)
+    if mismatch is not None:
+        return mismatch
     if "version mismatch" in text.lower() or "python version" in text.lower() or "ray version" in text.lower():
         return ClusterStartError(f"--ray {address}: the notebook's Ray or Python version differs from the "
                                  f"cluster's: {first}. Install the cluster's Ray version (pip install "
-                                 "'ray==X.Y.Z') in the notebook's environment, under the same Python minor "
-                                 "version as the cluster's nodes")
+                                 "'ray==X.Y.Z') in the notebook's environment, under the cluster's Python "
+                                 "version")
     hint = ("; when the notebook is not on a node of the cluster, connect through Ray Client: "
-            "--ray ray://HEAD_HOST:10001" if not address.startswith("ray://") else "")
+            "--ray ray://HEAD_HOST:10001" if not target.startswith("ray://") else "")
     return ClusterStartError(f"--ray {address}: could not connect to the Ray cluster: {first}{hint}. "
                              "The head's own log says more: session_latest/logs/gcs_server.out and "
                              "raylet.out under the head's Ray temp directory (/tmp/ray by default)")
@@ -92,15 +167,17 @@ class RaySession:
     """``ray.init`` for this notebook, once; shut down at :meth:`close` only if it was ours (a
     notebook that connected to Ray itself keeps its connection)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, environ: Mapping[str, str] | None = None) -> None:
         self.address = address
+        #: What ``ray.init`` connects to (``auto``: ``RAY_ADDRESS`` when set), read once, here.
+        self.resolved = resolve_address(address, os.environ if environ is None else environ)
         self.ray = import_ray()
         self._ours = False
 
     async def connect(self, timeout: float) -> None:
         if self.ray.is_initialized():
             return
-        await asyncio.to_thread(check_reachable, self.address)
+        await asyncio.to_thread(check_reachable, self.address, self.resolved)
         started = time.monotonic()
         try:
             await asyncio.wait_for(asyncio.to_thread(self._init), timeout)
@@ -110,7 +187,7 @@ class RaySession:
         except ClusterStartError:
             raise
         except Exception as exc:
-            raise init_error(self.address, exc) from None
+            raise init_error(self.address, exc, self.resolved) from None
         log.info("connected to Ray at %s in %.1f s", self.address, time.monotonic() - started)
 
     def _init(self) -> None:
