@@ -2,6 +2,7 @@
 SSH (the test hosts) and Slurm (the test Slurm).
 
     python -m benchmarks.roles [--engines local ssh slurm] [--epochs 8] [--rounds 1]
+    python -m benchmarks.roles --summarize   # the README's table, from every stored run
 
 What is measured is what a user runs: ``%%mwtrain`` cells in a real notebook kernel (one ipykernel
 per engine, ``%load_ext mwnotebook``, ``--no-dashboard``), the cells TensorFlow's parameter-server
@@ -52,7 +53,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks._suite import Run, start_kernel, stop_kernel
+from benchmarks._suite import RESULTS, Run, start_kernel, stop_kernel
 from tests._shared import slurm_cluster
 
 ENGINES = ("local", "ssh", "slurm")
@@ -367,18 +368,49 @@ ROWS = {
 }
 
 
-def markdown(table: Table) -> str:
-    """The figures as benchmarks/README.md's table: each engine's value and its ratio to local."""
-    engines = list(table.figures)
-    ratios = table.ratios()
+Round = dict[str, dict[str, Any]]  # engine -> figure -> value, of one round (engines side by side)
+
+
+def rounds_of(samples: dict[str, dict[str, list[Any]]], count: int) -> list[Round]:
+    """Split a run's samples into its rounds (an engine that failed early in a round has no figures
+    in it: its samples belong to the last rounds it ran in full)."""
+    rounds: list[Round] = [{} for _ in range(count)]
+    for engine, figures in samples.items():
+        for key, values in figures.items():
+            for j, value in enumerate(values):
+                rounds[count - len(values) + j].setdefault(engine, {})[key] = value
+    return rounds
+
+
+def stored_rounds() -> list[Round]:
+    """Every round of every stored run of this script (benchmarks/results/roles/*.json)."""
+    found: list[Round] = []
+    for path in sorted((RESULTS / "roles").glob("*.json")):
+        for run in json.loads(path.read_text())["runs"]:
+            found += rounds_of(run["results"]["samples"], run["results"]["rounds"])
+    return found
+
+
+def markdown(rounds: list[Round]) -> str:
+    """benchmarks/README.md's table: per engine the median over ``rounds`` (range), and beside SSH and
+    Slurm the median of their ratio to local in the same round (range)."""
+    engines = [e for e in ENGINES if any(e in r for r in rounds)]
     lines = ["| measurement | " + " | ".join(engines) + " |", "|---" * (len(engines) + 1) + "|"]
     for key, label in ROWS.items():
+        digits = 0 if key.startswith("steps_per_s") else 2
         cells = []
         for engine in engines:
-            value = table.figures[engine].get(key)
-            text = f"{value:.2f}" if isinstance(value, float) else str(value if value is not None else "-")
-            if engine in ratios and key in ratios[engine]:
-                text += f" ({ratios[engine][key]:.2f}x)"
+            values = [r[engine][key] for r in rounds if isinstance(r.get(engine, {}).get(key), float)]
+            if not values:
+                cells.append("not measured")
+                continue
+            text = (f"**{statistics.median(values):.{digits}f}** "
+                    f"({min(values):.{digits}f}-{max(values):.{digits}f})")
+            ratios = [r[engine][key] / r["local"][key] for r in rounds if engine != "local"
+                      and isinstance(r.get(engine, {}).get(key), float)
+                      and isinstance(r.get("local", {}).get(key), float) and r["local"][key]]
+            if ratios:
+                text += f", **{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f})"
             cells.append(text)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -390,7 +422,12 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=8, help="epochs of 20 steps per fit (default 8)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds, each in fresh notebooks; figures are medians (default 1: ~5 min)")
+    parser.add_argument("--summarize", action="store_true",
+                        help="measure nothing: the table of every stored run's rounds (benchmarks/README.md's)")
     args = parser.parse_args()
+    if args.summarize:
+        print(markdown(stored_rounds()))
+        return 0
     if args.epochs < 6:  # the ps is killed when epoch 4 begins: the resumed run needs epochs left to train
         parser.error(f"--epochs must be 6 or more, got {args.epochs}")
     if {"ssh", "slurm"} & set(args.engines):
@@ -419,7 +456,7 @@ def main() -> int:
                "ratio_to_local": table.ratios(), "not_measured": table.errors,
                "how": "%%mwtrain cells in notebook kernels (ipykernel, %load_ext mwnotebook, --no-dashboard)"}
     print(json.dumps({k: results[k] for k in ("figures", "ratio_to_local", "not_measured")}, indent=1))
-    print(markdown(table))
+    print(markdown(rounds_of(table.samples, args.rounds)))
     print(f"written to {run.write(results)}")
     return 0
 

@@ -35,7 +35,7 @@ from mwnotebook.engine.cluster_state import TaskStates, ignore_event
 from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
 from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.engine.roles.task_roles import TaskRoles
-from mwnotebook.engine.roles.task_servers import ParameterServerLost, TaskServers
+from mwnotebook.engine.roles.task_servers import ParameterServerLost, TaskServers, not_back_line
 from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.engine.workers.lifecycle import WorkerGroup
 from mwnotebook.errors import ClusterInterrupted, ClusterStateError, WorkerFailure
@@ -344,6 +344,8 @@ class AsyncCluster:
                 await self._fresh_coordinator(fresh_setup, emit)
                 outcome = await run_with_its_restarts()
             verdict = outcome.verdict
+            if lost := self._roles.not_back():
+                self._say(emit, not_back_line(lost, [], before_cell=False))
             lost_ps = self._roles.lost_ps if verdict.ok else await self._roles.check_lost_ps()
             if lost_ps is not None:
                 # Variables are gone with the ps: only fresh tasks and a fresh coordinator can go on.
@@ -392,6 +394,16 @@ class AsyncCluster:
         if self._roles.lost_ps is not None:
             log.warning("a parameter server was lost between cells: restarting the whole cluster")
             await self.restart(on_event)
+        elif lost := self._roles.not_back():
+            # A running coordinator takes a worker back only on its old address (engine/roles/
+            # task_servers.py): a fresh cluster, its tasks off the failed node, before the cell.
+            log.warning("worker servers not back between cells: restarting the whole cluster")
+            moved = await self.restart(on_event)
+            self._say(on_event or ignore_event, not_back_line(lost, moved, before_cell=True))
+
+    def _say(self, emit: EventSink, line: str) -> None:
+        """One line of mwnotebook's own in the cell's output (kernel 0's stderr)."""
+        self._states.sink(emit)(WorkerOutput(worker=0, msg_type="stream", content={"name": "stderr", "text": line}))
 
     async def _replace_workers(self, setup: str | None, emit: EventSink) -> list[str]:
         """Fresh workers for a cell that lost some (``--max-restarts``): the same TF_CONFIGs, unless

@@ -28,7 +28,8 @@ class WorkerInfo:
     for (``worker``; ``chief``; ``coordinator``, ``worker server``, ``parameter server``;
     ``evaluator``); ``address`` is its TensorFlow server address ("" for the evaluator, which is
     not in the training cluster, and before a start); ``restarts`` counts the times a lost worker
-    server was started again on its address.
+    server was started again on its address; ``note`` says why a task is in its state where the
+    state alone does not (a worker server not back after its node failed).
     """
 
     index: int
@@ -42,6 +43,7 @@ class WorkerInfo:
     address: str = ""
     runs_cell: bool = True
     restarts: int = 0
+    note: str = ""
 
 
 def task_text(task: Task) -> str:
@@ -78,5 +80,6 @@ async def cluster_status(layout: RoleLayout, addresses: Sequence[str], states: S
             state=servers.states.get(task, "stopped") if servers is not None else "stopped", alive=alive,
             tf_config=layout.tf_config(addresses, task) if addresses else {}, role=layout.role_label(task),
             task=task_text(task), address=layout.address_of(addresses, task), runs_cell=False,
-            restarts=servers.restarts_of.get(task, 0) if servers is not None else 0))
+            restarts=servers.restarts_of.get(task, 0) if servers is not None else 0,
+            note=servers.notes.get(task, "") if servers is not None else ""))
     return infos

@@ -244,3 +244,55 @@ def test_restart_moves_the_tasks_of_a_failed_node_to_the_spare_node(slurm3_env: 
     finally:
         resume(slurm3_env, n1)
 
+
+def test_a_worker_server_whose_node_failed_moves_to_the_spare_node_at_the_next_cell(
+        slurm3_env: slurm_cluster.SlurmCluster) -> None:
+    """``-N 3 --place ps=mwnode0``: worker server 1 alone on mwnode1, mwnode2 spare. mwnode1 fails
+    mid-fit and nothing else does: the coordinator trains on with worker server 0 (it takes a worker
+    back only on its old address, engine/roles/task_servers.py), worker-1's restart on the failed
+    node fails and the status says it is not back; the next cell restarts the cluster with worker-1
+    on mwnode2 (a new address), says so in one line, and trains."""
+    from tests.slurm.test_slurm_node_loss import resume
+
+    n0, n1, n2 = slurm3_env.node_names
+    addr = {name: host.address for name, host in zip(slurm3_env.node_names, slurm3_env.nodes)}
+    downed: list[str] = []
+
+    def down_at_epoch_3(event: object) -> None:
+        if isinstance(event, WorkerOutput) and "Epoch 3/" in event.content.get("text", "") and not downed:
+            _down(slurm3_env, n1)
+            downed.append(n1)
+
+    try:
+        with Cluster(workers=2, ps=1, cpu=True, slurm="-N 3", place={"ps": [n0]}) as cluster:
+            cluster.start()
+            assert {i.task: i.host for i in cluster.status()} == {
+                "chief:0": n0, "worker:0": n0, "worker:1": n1, "ps:0": n0}
+            result = cluster.run(FIT.replace("EPOCHS", "12"), on_event=down_at_epoch_3, timeout=600)
+            assert downed == [n1] and result.attempts == 1, result.restarts
+            values = losses(result.stdout(0), "losses")
+            assert len(values) == 12 and values[-1] < values[0], values  # trained on without worker-1
+            deadline = time.monotonic() + 180  # its restart on the failed node has to fail first
+            while _info(cluster, "worker:1").state != "lost":
+                assert time.monotonic() < deadline, cluster.status()
+                time.sleep(0.5)
+            assert "not back" in _info(cluster, "worker:1").note
+            assert [i.task for i in cluster.status() if i.state == "lost"] == ["worker:1"]
+
+            out, err = io.StringIO(), io.StringIO()
+            relay = TextRelay(out, err, names=cluster.spec.layout.kernel_names())
+            result = cluster.run(FIT.replace("EPOCHS", "3"), on_event=relay, timeout=600)
+            relay.flush()
+            notes = [line for line in err.getvalue().splitlines() if "worker server worker-1 was not back" in line]
+            assert len(notes) == 1 and f"node {n1} lost; worker-1 restarted on node {n2}" in notes[0], err.getvalue()
+            values = losses(result.stdout(0), "losses")
+            assert len(values) == 3 and values[-1] < values[0], values
+            infos = {i.task: i for i in cluster.status()}
+            assert {t: i.host for t, i in infos.items()} == {
+                "chief:0": n0, "worker:0": n0, "worker:1": n2, "ps:0": n0}, infos
+            assert [infos[t].state for t in ("worker:0", "worker:1", "ps:0")] == ["serving"] * 3, infos
+            assert infos["worker:1"].address.rsplit(":", 1)[0] == addr[n2], infos
+            assert all(i.alive for i in infos.values()), infos
+            assert [a.rsplit(":", 1)[0] for a in cluster.tf_configs[0]["cluster"]["worker"]] == [addr[n0], addr[n2]]
+    finally:
+        resume(slurm3_env, n1)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from mwnotebook.config.roles import RoleLayout, Task
 from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
+from mwnotebook.engine.roles.task_servers import NOT_BACK_NOTE, not_back_line
 from mwnotebook.frontend.notebook.views import status_bundle
 
 ADDRESSES = ["localhost:1000", "localhost:1001", "localhost:1002", "localhost:1003"]
@@ -31,8 +32,10 @@ class FakeKernel:
 
 
 class FakeServers:
-    def __init__(self, kernels: dict[Task, FakeKernel], states: dict[Task, str], restarts: dict[Task, int]) -> None:
+    def __init__(self, kernels: dict[Task, FakeKernel], states: dict[Task, str], restarts: dict[Task, int],
+                 notes: dict[Task, str] | None = None) -> None:
         self.kernels, self.states, self.restarts_of = kernels, states, restarts
+        self.notes = notes or {}
 
     def server(self, task: Task) -> FakeKernel | None:
         return self.kernels.get(task)
@@ -72,6 +75,23 @@ def test_the_ps_table_has_a_row_per_task_and_the_shared_cluster_once():
     assert lines[6].startswith("TF_CONFIG cluster of every task above;")
     assert lines[6].endswith('{"chief":["localhost:1000"],"worker":["localhost:1001","localhost:1002"],'
                              '"ps":["localhost:1003"]}')
+
+
+def test_a_worker_server_not_back_says_why_in_its_row():
+    """A worker server whose restart failed (its Slurm node failed): state ``lost`` and the note of
+    engine/roles/task_servers.py, in the entry and in the table's state column."""
+    w0, w1, ps0 = Task("worker", 0), Task("worker", 1), Task("ps", 0)
+    servers = FakeServers({w0: FakeKernel(FakeHandle(201)), ps0: FakeKernel(FakeHandle(203))},
+                          {w0: "serving", w1: "lost", ps0: "serving"}, {w0: 0, w1: 0, ps0: 0}, {w1: NOT_BACK_NOTE})
+    infos = asyncio.run(cluster_status(RoleLayout(workers=2, ps=1), ADDRESSES, ["idle"], [FakeKernel(FakeHandle(100))],
+                                       servers))  # type: ignore[arg-type]
+    assert [(i.task, i.state, i.note) for i in infos[1:]] == [
+        ("worker:0", "serving", ""), ("worker:1", "lost", NOT_BACK_NOTE), ("ps:0", "serving", "")]
+    row = status_bundle(infos)["text/plain"].splitlines()[4]
+    assert "worker:1" in row and f"lost ({NOT_BACK_NOTE})" in row
+    assert not_back_line([w1], ["node n1 lost; worker-1 restarted on node n2"], before_cell=True).startswith(
+        "[mwnotebook] worker server worker-1 was not back: the cluster was restarted for this cell "
+        "(node n1 lost; worker-1 restarted on node n2)")
 
 
 def test_a_stopped_ps_cluster_still_lists_its_servers():

@@ -64,6 +64,10 @@ class TaskRoles:
         """The first parameter server lost since the servers started, and how it ended."""
         return self._servers.lost_ps if self._servers is not None else None
 
+    def not_back(self) -> tuple[Task, ...]:
+        """Worker servers lost and not started again (their node failed): engine/roles/task_servers.py."""
+        return self._servers.not_back() if self._servers is not None else ()
+
     async def check_lost_ps(self) -> tuple[Task, str] | None:
         """:attr:`lost_ps`, the parameter servers looked at now (not only at the watch loop's pace)."""
         return await self._servers.check_ps_now() if self._servers is not None else None

@@ -15,6 +15,12 @@ Failures, as TensorFlow handles them (measured on TF 2.21 CPU):
   coordinator's ``ClusterCoordinator``, which re-runs the steps it lost: so a lost worker is
   restarted here at once with its own TF_CONFIG (its port stays reserved for the cluster's
   life), and the cell goes on;
+- a worker server that comes back on a **new** address (moved off a failed Slurm node) is never
+  taken back: the coordinator's cluster is fixed when it connects, it opens no connection to the
+  new address and trains on with the others (measured: docs/guide/slurm.md, lost nodes). So a
+  worker server whose restart failed stays ``lost`` (:meth:`TaskServers.not_back`, a note for the
+  status) until the next cell's start restarts the cluster off failed nodes
+  (engine/async_cluster.py ``_ready_for_a_cell``);
 - a lost parameter server loses variables: the coordinator raises ``UnavailableError``, and only
   a fresh cluster (every task and the coordinator) can go on. :attr:`TaskServers.lost_ps` records
   the cause so the cell's error names it first.
@@ -31,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from mwnotebook.config.roles import Task
@@ -58,9 +64,28 @@ del __mwnotebook_serve
 
 ServerState = Literal["starting", "serving", "restarting", "lost", "stopped"]
 
+#: The status's note on a worker server whose restart failed (:meth:`TaskServers.not_back`).
+NOT_BACK_NOTE = ("not back: its restart failed; training goes on with the other worker servers, and the "
+                 "next cell restarts the cluster (off a failed node, on Slurm)")
+
 #: How often the servers' processes are checked while the cluster lives (a lost worker is back on
 #: its address within about this long plus a start).
 WATCH_INTERVAL = 0.2
+
+
+def not_back_line(tasks: Sequence[Task], moved: Sequence[str], *, before_cell: bool) -> str:
+    """The one line a cell's output gets about worker servers that were lost and not started again
+    (:meth:`TaskServers.not_back`): at the end of the cell that trained on without them, and at the
+    start of the next, which renews the cluster (``moved``: where the launcher moved tasks)."""
+    who = ", ".join(t.name for t in tasks)
+    if not before_cell:
+        return (f"[mwnotebook] worker server {who} was lost and could not start again on its address "
+                "(its node failed?): the cell trained on with the other worker servers; the next cell "
+                "restarts the cluster to bring it back\n")
+    where = "; ".join(moved) if moved else "every task started again"
+    return (f"[mwnotebook] worker server {who} was not back: the cluster was restarted for this cell "
+            f"({where}); a running coordinator takes a worker back only on its old address, and the "
+            "last cell's variables are gone\n")
 
 
 class ParameterServerLost(ClusterRunError):
@@ -96,10 +121,13 @@ class TaskServers:
         self.states: dict[Task, ServerState] = {task: "stopped" for task in self._envs}
         #: How many times each worker server was restarted after it was lost.
         self.restarts_of: dict[Task, int] = {task: 0 for task in self._envs}
+        #: Why a task is in its state, where the state alone does not say (:data:`NOT_BACK_NOTE`).
+        self.notes: dict[Task, str] = {}
 
     async def start(self) -> None:
         """Start every server at once and wait until each serves; on any failure none is left running."""
         self.lost_ps = None
+        self.notes = {}
         self.states = {task: "starting" for task in self._envs}
         started = await asyncio.gather(*(self._start_one(t) for t in self._envs), return_exceptions=True)
         for task, outcome in zip(self._envs, started):
@@ -153,6 +181,7 @@ class TaskServers:
                     self.restarts_of[task] += 1
                 except Exception:
                     self.states[task] = "lost"
+                    self.notes[task] = NOT_BACK_NOTE
                     log.exception("could not restart %s", task.name)
 
     async def kill(self) -> None:
@@ -164,6 +193,12 @@ class TaskServers:
         servers, self.servers = list(self.servers.values()), {}
         await asyncio.gather(*(s.kill() for s in servers), return_exceptions=True)
         self.states = {task: "stopped" for task in self._envs}
+        self.notes = {}
+
+    def not_back(self) -> tuple[Task, ...]:
+        """Worker servers that were lost and could not be started again (their node failed): the
+        running coordinator cannot take one back anywhere else, so the next cell renews the cluster."""
+        return tuple(t for t in self._envs if t.type == "worker" and self.states.get(t) == "lost")
 
     async def check_ps_now(self) -> tuple[Task, str] | None:
         """:attr:`lost_ps`, after looking at the parameter servers now: a cell's error can come before

@@ -87,6 +87,7 @@ def _task_table(infos: Sequence[WorkerInfo], devices: Sequence[dict[str, Any] | 
     rows = []
     for w in infos:
         state = f"{w.state} (restarted {w.restarts}x)" if w.restarts else w.state
+        state += f" ({w.note})" if w.note else ""
         row = [w.role, w.task or "-", w.address or "-", w.host or "-", str(w.pid or "-"), state,
                "yes" if w.alive else "no"]
         if devices is not None:
