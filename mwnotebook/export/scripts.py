@@ -31,7 +31,7 @@ from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.tf_config import PortReservation, format_address, tf_config_json
 from mwnotebook.config.worker_env import recipe_code, worker_envs
 from mwnotebook.errors import ConfigError
-from mwnotebook.export.roles import export_roles, roles_readme, uses_roles
+from mwnotebook.export.roles import export_roles, placed_addresses, roles_readme, uses_roles
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ class ExportedJob:
     addresses: tuple[str, ...]
     #: Lines of the cell that only IPython understands; they are disabled in ``train.py``.
     disabled_lines: tuple[str, ...] = field(default_factory=tuple)
+    #: ``(task name, host)`` of every task where the placement names hosts (``--hosts``, ``--place``).
+    placed: tuple[tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
         return str(self.directory)
@@ -70,6 +72,8 @@ class ExportedJob:
         text = (f"Exported {len(self.launchers)} worker launchers to {self.directory}:\n"
                 f"  bash {self.run_local}    # all workers on this machine; logs in worker-<i>.log\n"
                 f"  see {self.readme} for running them on real hosts")
+        if self.placed:
+            text += "\n  each launcher names its host: " + ", ".join(f"{t} on {h}" for t, h in self.placed)
         if self.disabled_lines:
             text += ("\nIPython-only lines were disabled in train.py (a plain script cannot run them):\n"
                      + "\n".join(f"  {line.strip()}" for line in self.disabled_lines))
@@ -336,11 +340,12 @@ def export_cell(code: str, out_dir: str | Path, spec: ClusterSpec, *, ports: Seq
     if uses_roles(spec):  # chief.sh / worker-<i>.sh / ps-<j>.sh / evaluator.sh (export/roles.py)
         directory.mkdir(parents=True, exist_ok=True)
         script = _write(directory / SCRIPT_NAME, script_text)
-        given = _choose_addresses(spec, ports)[0] if spec.hosts else None
+        given = placed_addresses(spec, ports, DEFAULT_BASE_PORT) if spec.hosts else None
         role_files, run_local, addresses = export_roles(directory, spec, ports, python, given)
         readme = _write(directory / README, roles_readme(spec, addresses))
         return ExportedJob(directory=directory, script=script, launchers=tuple(role_files), run_local=run_local,
-                           readme=readme, addresses=tuple(addresses), disabled_lines=tuple(disabled))
+                           readme=readme, addresses=tuple(addresses), disabled_lines=tuple(disabled),
+                           placed=tuple(spec.task_placement.rows()) if spec.task_placement is not None else ())
     addresses, loopback = _choose_addresses(spec, ports)
     envs = worker_envs(spec, addresses)
 
