@@ -36,7 +36,7 @@ from mwnotebook.config.worker_env import recipe_code, worker_envs
 from mwnotebook.errors import ConfigError
 from mwnotebook.export.roles import SERVE_NAME, SERVE_SOURCE, tfjob_replica_specs, uses_roles
 from mwnotebook.export.scripts import MARKER, SCRIPT_NAME, script_source
-from mwnotebook.export.slurm_roles import describe, roles_step, shared_env, slurm_tasks
+from mwnotebook.export.slurm_roles import describe, placed_nodes, roles_step, shared_env, slurm_tasks
 from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.slurm_tf_config import DEFAULT_PORT
 
@@ -55,6 +55,8 @@ class ExportedBatchJob:
     format: str
     files: tuple[Path, ...]
     disabled_lines: tuple[str, ...] = ()
+    #: ``(task name, node)`` of the tasks ``--place`` puts on named nodes (a Slurm job); the rest: Slurm's.
+    placed: tuple[tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
         return str(self.directory)
@@ -64,6 +66,9 @@ class ExportedBatchJob:
         how = (f"sbatch {self.directory / BATCH_SCRIPT}" if self.format == "slurm"
                else f"kubectl apply -f {self.directory / TFJOB_MANIFEST}")
         text = f"Exported a {self.format} job to {self.directory} ({names}):\n  {how}"
+        if self.placed:
+            text += ("\n  placed by --place: " + ", ".join(f"{t} on {n}" for t, n in self.placed)
+                     + " (#SBATCH --nodelist); the other tasks where Slurm puts them")
         if self.disabled_lines:
             text += ("\nIPython-only lines were disabled in train.py (a plain script cannot run them):\n"
                      + "\n".join(f"  {line.strip()}" for line in self.disabled_lines))
@@ -110,6 +115,9 @@ def batch_script_source(spec: ClusterSpec, env: Mapping[str, str], python: str, 
     if spec.gpus_per_worker:
         header.append(f"#SBATCH --gpus-per-task={spec.gpus_per_worker}")
     header += sbatch_lines(split_salloc_args(spec.slurm or ""))
+    placed = placed_nodes(spec) if roles else {}
+    if placed:  # the nodes --place names are in the job (slurm_tf_config.py puts the tasks there)
+        header.append("#SBATCH --nodelist=" + ",".join(dict.fromkeys(placed.values())))
     body = ["", "# Submit from this directory: sbatch job.sbatch (output in slurm-<jobid>.out).",
             'cd "${SLURM_SUBMIT_DIR:-$(dirname "$0")}" || exit 1']
     body += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
@@ -244,4 +252,6 @@ def export_format(code: str, out_dir: str | Path, spec: ClusterSpec, fmt: str, *
         manifest = directory / TFJOB_MANIFEST
         manifest.write_text(dump_yaml(tfjob_documents(spec, script_text, env, image=image)))
         files = (script, manifest)
-    return ExportedBatchJob(directory=directory, format=fmt, files=files, disabled_lines=tuple(disabled))
+    placed = tuple((t.name, n) for t, n in placed_nodes(spec).items()) if fmt == "slurm" and uses_roles(spec) else ()
+    return ExportedBatchJob(directory=directory, format=fmt, files=files, disabled_lines=tuple(disabled),
+                            placed=placed)

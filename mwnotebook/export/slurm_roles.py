@@ -15,6 +15,7 @@ import shlex
 
 from mwnotebook.config.roles import Task
 from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.config.task_placement import place_tasks
 from mwnotebook.config.worker_env import task_envs
 
 #: The file (in the submit directory, shared by the nodes) where a ``--ps`` job's chief leaves its exit status.
@@ -25,6 +26,20 @@ def slurm_tasks(spec: ClusterSpec) -> list[Task]:
     """The TensorFlow task of each Slurm rank, in rank order."""
     layout = spec.layout
     return [*layout.training_tasks(), *([Task("evaluator", 0)] if layout.evaluator else [])]
+
+
+def placed_nodes(spec: ClusterSpec) -> dict[Task, str]:
+    """The tasks ``--place`` puts on named nodes (config/task_placement.py's rule, the one there is);
+    ``{}`` without ``--place``: Slurm places every task."""
+    if not spec.place:
+        return {}
+    placement = place_tasks(spec.layout, [""] * spec.workers, [""], spec.place)
+    return {task: node for task, node in placement.hosts.items() if node}
+
+
+def place_variable(placed: dict[Task, str]) -> str:
+    """``MWNOTEBOOK_TF_PLACE``: ``type:index=node`` per placed task (processes/shipped/slurm_tf_config.py)."""
+    return " ".join(f"{t.type}:{t.index}={node}" for t, node in placed.items())
 
 
 def tasks_variable(spec: ClusterSpec) -> str:
@@ -50,6 +65,11 @@ def roles_step(spec: ClusterSpec, python: str, launcher: str, script: str, serve
     lines = ["# Slurm rank -> TensorFlow task (chief, workers, ps; the evaluator last, outside the",
              "# training cluster). ':serve' tasks run serve.py, a TensorFlow server that joins forever.",
              f"export MWNOTEBOOK_TF_TASKS={q(tasks_variable(spec))}"]
+    placed = placed_nodes(spec)
+    if placed:
+        lines += ["# --place: these tasks take a rank on the named node (slurm_tf_config.py swaps ranks);",
+                  "# the other tasks run where Slurm's block distribution puts them.",
+                  f"export MWNOTEBOOK_TF_PLACE={q(place_variable(placed))}"]
     run = [q(python), launcher]
     if layout.parameter_server:
         lines += ["# The job ends when the chief's training ends: the chief writes its exit status to this",

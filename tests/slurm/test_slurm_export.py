@@ -77,3 +77,23 @@ def job_end(slurm: slurm_cluster.SlurmCluster, job: str, timeout: float) -> tupl
         time.sleep(0.25)
     slurm.run("scancel", job, check=False)
     raise AssertionError(f"job {job} did not end within {timeout:.0f} s")
+
+
+def test_exported_ps_job_puts_the_placed_task_on_its_node(slurm_env: slurm_cluster.SlurmCluster, tmp_path) -> None:
+    """``--place ps=mwnode0`` (node names): Slurm's block distribution alone would put the ps on the
+    second node; the job names the node (``#SBATCH --nodelist``) and slurm_tf_config.py gives the ps
+    a rank there, so TF_CONFIG's ps address is mwnode0's and the servers train there."""
+    n0, _ = slurm_env.node_names
+    address = {name: host.address for name, host in zip(slurm_env.node_names, slurm_env.nodes)}
+    spec = ClusterSpec(workers=2, ps=1, cpu=True, python=sys.executable, slurm="-N 2 -t 5", place={"ps": (n0,)})
+    cell = ("import json, os\nprint('ps at', json.loads(os.environ['TF_CONFIG'])['cluster']['ps'][0], flush=True)\n"
+            + PS_CELL)
+    job_files = export_format(cell, tmp_path, spec, "slurm")
+    assert f"placed by --place: ps-0 on {n0}" in job_files.summary()
+    submitted = slurm_env.run("sbatch", "--parsable", "job.sbatch", cwd=str(tmp_path))
+    job = submitted.stdout.strip().split(";")[0]
+    ended = job_end(slurm_env, job, timeout=150)
+    output = (tmp_path / f"slurm-{job}.out").read_text()
+    assert ended == ("COMPLETED", "0:0"), f"job {job} ended {ended}:\n{output[-3000:]}"
+    assert f"ps at {address[n0]}:" in output, output[-3000:]
+    assert "chief total 10.0" in output.splitlines(), output[-3000:]

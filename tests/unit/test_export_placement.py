@@ -1,6 +1,7 @@
 """``--export`` follows the task placement (config/task_placement.py, ``--place``): the shell format
 writes each task's address on its placed host and names that host in the launcher, the README and
-the summary. Pure: files are written, nothing runs."""
+the summary; the Slurm format puts the tasks ``--place`` names on their nodes and leaves the rest to
+Slurm. Pure: files are written, nothing runs (tests/slurm/test_slurm_export.py submits one)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.export.job import export_job
+from mwnotebook.processes.shipped.slurm_tf_config import parse_place, parse_tasks, placed_ranks, role_config
 
 
 def _tf_config(path: Path) -> dict[str, object]:
@@ -55,3 +59,28 @@ def test_a_local_export_names_no_host(tmp_path: Path) -> None:
     assert "Run it on host" not in (tmp_path / "ps-0.sh").read_text()
     assert "names its host" not in job.summary()
     assert "replace `127.0.0.1`" in (tmp_path / "README.md").read_text()
+
+
+def test_slurm_export_names_the_placed_nodes_and_the_launcher_swaps_ranks(tmp_path: Path) -> None:
+    """``--format slurm``: ``--place`` node names become ``#SBATCH --nodelist`` and ``MWNOTEBOOK_TF_PLACE``;
+    the shipped launcher gives each placed task a rank on its node (every rank computes the same)."""
+    spec = ClusterSpec(workers=2, ps=1, cpu=True, slurm="-N 2", place={"ps": ("n0",)})
+    job = export_job("print(1)\n", tmp_path, spec, "slurm")
+    batch = (tmp_path / "job.sbatch").read_text().splitlines()
+    assert "#SBATCH --nodelist=n0" in batch and "export MWNOTEBOOK_TF_PLACE=ps:0=n0" in batch
+    assert "placed by --place: ps-0 on n0" in job.summary()
+    tasks = parse_tasks("chief:0 worker:0:serve worker:1:serve ps:0:serve")
+    ranks = placed_ranks(tasks, ["n0", "n0", "n1", "n1"], parse_place("ps:0=n0"))
+    assert [t[:2] for t in ranks] == [("ps", 0), ("worker", 0), ("worker", 1), ("chief", 0)]
+    config = role_config(ranks, ["a:1", "a:2", "b:1", "b:2"], 3)  # lists stay in task-index order
+    assert config == {"cluster": {"ps": ["a:1"], "worker": ["a:2", "b:1"], "chief": ["b:2"]},
+                      "task": {"type": "chief", "index": 0}}
+    assert placed_ranks(tasks, ["n0", "n0", "n1", "n1"], parse_place("ps:0=n1")) == tasks  # already there
+    with pytest.raises(ValueError, match="--place puts ps-0 on n9, but the job step has no free task there"):
+        placed_ranks(tasks, ["n0", "n0", "n1", "n1"], parse_place("ps:0=n9"))
+
+
+def test_slurm_export_without_place_leaves_placement_to_slurm(tmp_path: Path) -> None:
+    job = export_job("print(1)\n", tmp_path, ClusterSpec(workers=2, ps=1, cpu=True, slurm="-N 2"), "slurm")
+    text = (tmp_path / "job.sbatch").read_text()
+    assert "--nodelist" not in text and "MWNOTEBOOK_TF_PLACE" not in text and "placed" not in job.summary()

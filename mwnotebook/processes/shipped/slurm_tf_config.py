@@ -20,6 +20,11 @@ written at export time from mwnotebook/config/roles.py's one order (chief, worke
 last). ``:serve`` tasks run ``--serve SCRIPT`` (a TensorFlow server) instead of the program. The
 evaluator's TF_CONFIG names only itself: it is not in the training cluster.
 
+``--place`` with node names (``MWNOTEBOOK_TF_PLACE="ps:0=mwnode1"``, written at export time): each
+named task takes a rank on its node, swapped with a rank there whose task is not placed (every task
+computes the same swap from the same variables, so all agree); the other tasks stay where Slurm's
+block distribution puts them.
+
 Ending a ``--ps`` job (``MWNOTEBOOK_TF_DONE=FILE``, in the shared submit directory): the servers never
 end by themselves, so the chief runs the program as a child, writes its exit status to FILE when it
 ends, and exits with it; each server task polls for FILE, then stops its server and exits 0. The step
@@ -85,6 +90,39 @@ def parse_tasks(text: str) -> list[tuple[str, int, bool]]:
     return tasks
 
 
+def parse_place(text: str) -> dict[tuple[str, int], str]:
+    """``"ps:0=mwnode1 chief:0=mwnode0"`` -> ``{("ps", 0): "mwnode1", ...}``."""
+    place = {}
+    for item in text.split():
+        match = re.fullmatch(r"(chief|worker|ps|evaluator):(\d+)=(\S+)", item)
+        if not match:
+            raise ValueError(f"MWNOTEBOOK_TF_PLACE: unexpected item {item!r} (want TYPE:INDEX=NODE)")
+        place[(match.group(1), int(match.group(2)))] = match.group(3)
+    return place
+
+
+def rank_nodes(nodes: list[str], counts: list[int]) -> list[str]:
+    """The node of every rank (block distribution)."""
+    return [node for node, count in zip(nodes, counts) for _ in range(count)]
+
+
+def placed_ranks(tasks: list[tuple[str, int, bool]], ranks: list[str],
+                 place: dict[tuple[str, int], str]) -> list[tuple[str, int, bool]]:
+    """``tasks`` (rank order) with each placed task swapped onto a rank of its node."""
+    order = list(tasks)
+    for (kind, index), node in place.items():
+        r = next(i for i, t in enumerate(order) if t[:2] == (kind, index))
+        if ranks[r] == node:
+            continue
+        free = [i for i, t in enumerate(order) if ranks[i] == node and place.get(t[:2]) != node]
+        if not free:
+            raise ValueError(f"--place puts {kind}-{index} on {node}, but the job step has no free task "
+                             f"there (its tasks' nodes: {' '.join(ranks)}); submit with {node} in the job "
+                             "and tasks enough on it")
+        order[r], order[free[0]] = order[free[0]], order[r]
+    return order
+
+
 def role_config(tasks: list[tuple[str, int, bool]], addresses: list[str], rank: int) -> dict[str, Any]:
     """TF_CONFIG of Slurm rank ``rank``: ``tasks`` and ``addresses`` are both in rank order."""
     if len(tasks) != len(addresses):
@@ -93,11 +131,22 @@ def role_config(tasks: list[tuple[str, int, bool]], addresses: list[str], rank: 
     kind, index, _ = tasks[rank]
     if kind == "evaluator":
         return {"cluster": {"evaluator": [addresses[rank]]}, "task": {"type": kind, "index": index}}
-    cluster: dict[str, list[str]] = {}
-    for (other, _, _), address in zip(tasks, addresses):
+    by_index: dict[str, dict[int, str]] = {}
+    for (other, number, _), address in zip(tasks, addresses):
         if other != "evaluator":
-            cluster.setdefault(other, []).append(address)
+            by_index.setdefault(other, {})[number] = address
+    cluster = {other: [found[i] for i in sorted(found)] for other, found in by_index.items()}
     return {"cluster": cluster, "task": {"type": kind, "index": index}}
+
+
+def rank_tasks(env: dict[str, str], nodes: list[str]) -> list[tuple[str, int, bool]]:
+    """The TensorFlow task of every rank (``MWNOTEBOOK_TF_TASKS``, ``--place`` applied)."""
+    tasks = parse_tasks(env["MWNOTEBOOK_TF_TASKS"])
+    place = parse_place(env.get("MWNOTEBOOK_TF_PLACE", ""))
+    if not place:
+        return tasks
+    counts = expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE") or env["SLURM_TASKS_PER_NODE"])
+    return placed_ranks(tasks, rank_nodes(nodes, counts), place)
 
 
 def tf_config(env: dict[str, str], nodes: list[str], addresses: dict[str, str]) -> str:
@@ -106,7 +155,7 @@ def tf_config(env: dict[str, str], nodes: list[str], addresses: dict[str, str]) 
     workers = cluster_list(nodes, addresses, counts, port)
     index = int(env["SLURM_PROCID"])
     if env.get("MWNOTEBOOK_TF_TASKS"):
-        return json.dumps(role_config(parse_tasks(env["MWNOTEBOOK_TF_TASKS"]), workers, index))
+        return json.dumps(role_config(rank_tasks(env, nodes), workers, index))
     return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
 
 
@@ -159,7 +208,7 @@ def main(argv: list[str]) -> int:
     addresses = node_addresses(_scontrol("--oneliner", "show", "node", ",".join(nodes)))
     os.environ["TF_CONFIG"] = tf_config(env, nodes, addresses)
     if env.get("MWNOTEBOOK_TF_TASKS"):
-        kind, _, serves = parse_tasks(env["MWNOTEBOOK_TF_TASKS"])[int(env["SLURM_PROCID"])]
+        kind, _, serves = rank_tasks(env, nodes)[int(env["SLURM_PROCID"])]
         done = env.get("MWNOTEBOOK_TF_DONE")
         if serves:
             if not serve:
