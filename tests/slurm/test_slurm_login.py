@@ -150,3 +150,25 @@ def test_silently_dead_link_to_the_login_node_cancels_the_job(laptop: slurm_clus
             assert not any(s.alive for s in status), status
         finally:
             subprocess.run(["ip", "route", "del", *route[3:]], capture_output=True, timeout=10)
+
+
+def test_ps_fit_through_the_login_node(laptop: slurm_cluster.SlurmCluster) -> None:
+    """``--ps 1 --workers 2 --slurm-login``: every task a job step started on the login node, placed
+    by the rule on the job's nodes (launchers/slurm/launcher.py), the coordinator and the servers
+    reached through the login node's forwards; the tutorial's fit trains, its loss falling."""
+    from tests.tf.test_ps_roles import FIT, losses
+
+    n0, n1 = laptop.node_names
+    with Cluster(workers=2, ps=1, cpu=True, slurm="-N 2", slurm_login=laptop.login.alias) as cluster:
+        cluster.start()
+        assert {i.task: i.host for i in cluster.status()} == {
+            "chief:0": n0, "worker:0": n0, "worker:1": n1, "ps:0": n1}
+        for info in cluster.status():  # each task's process in its node's namespace
+            host = laptop.nodes[laptop.node_names.index(info.host)]
+            assert info.alive and info.pid in slurm_cluster.netns_hosts.ns_pids(host.netns), info
+        login_commands = slurm_cluster.netns_hosts.describe_pids(  # every srun on the login host
+            slurm_cluster.netns_hosts.ns_pids(laptop.login.netns))
+        assert sum(" srun " in f" {c} " for c in login_commands) >= 4, login_commands
+        result = cluster.run(FIT.replace("EPOCHS", "3"), timeout=300)
+        values = losses(result.stdout(0), "losses")
+        assert len(values) == 3 and values[-1] < values[0], values
