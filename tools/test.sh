@@ -39,6 +39,31 @@ done
 # ray: tests/ray starts a real Ray cluster (a head and two nodes on loopback addresses) and runs the
 # workers on it; without Ray that tier would skip, and a skip fails CI.
 python3 -m pip install -q -e '.[tensorflow-cpu,test,docs,ray]'
+# tests/ray/test_ray_versions.py: a Ray head under another Python minor version than python3's (the
+# version-mismatch error against a real cluster). The notebook's Ray version (with its client
+# server: ray[client]) goes into a venv of the first other Python found (pyenv's 3.12, 3.13, 3.10,
+# then python3.12, python3.13, python3.10 on PATH); once: a venv that already has that Ray is kept.
+# Measured: 68 s (venv + pip install of ray[client] for Python 3.12, load 6-8), 7 s after (two Ray imports).
+ray_version=$(python3 -c 'import ray; print(ray.__version__)')
+other_env=${MWNOTEBOOK_RAY_OTHER_ENV:-$HOME/.cache/mwnotebook/ray-other-python}
+if ! "$other_env/bin/python" -c "import grpc, ray, sys; sys.exit(ray.__version__ != '$ray_version')" 2>/dev/null; then
+  here=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  pyenv_versions=${PYENV_ROOT:-$HOME/.pyenv}/versions
+  other=""
+  for py in "$pyenv_versions"/3.12*/bin/python3 "$pyenv_versions"/3.13*/bin/python3 "$pyenv_versions"/3.10*/bin/python3 \
+            python3.12 python3.13 python3.10; do
+    minor=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || continue
+    if [ "$minor" != "$here" ]; then other=$py; break; fi
+  done
+  if [ -z "$other" ]; then
+    echo "tools/test.sh: no Python but $here here: tests/ray/test_ray_versions.py needs another minor version" >&2
+    exit 1
+  fi
+  rm -rf "$other_env"
+  "$other" -m venv "$other_env"
+  "$other_env/bin/python" -m pip install -q "ray[client]==$ray_version"
+fi
+export MWNOTEBOOK_RAY_OTHER_PYTHON="$other_env/bin/python"
 # Static checks: lint first (under a second), then types (configured in pyproject.toml) while the suite
 # runs: from a fresh clone mypy takes ~14 s of one core, and the suite's first minutes are mostly
 # waiting on kernels. A type error still fails the run; its report is printed after the suite's.
