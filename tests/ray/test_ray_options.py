@@ -122,6 +122,18 @@ def test_a_ray_client_failure_shows_the_servers_own_line() -> None:
     assert "connect through Ray Client" not in text
 
 
+def test_a_ray_client_server_that_died_as_it_started_is_worth_one_more_try() -> None:
+    """Ray's texts (util/client/server/proxier.py) for a head-side server that died as it started;
+    a version mismatch or an unreachable head is not retried."""
+    from mwnotebook.launchers.ray.session import client_server_died
+
+    assert client_server_died("Initialization failure from server:\nTraceback ...\nRuntimeError: Starting Ray "
+                              "client server failed. See ray_client_server_23000.err for detailed logs.")
+    assert client_server_died("Initialization failure from server:\n... SpecificServer startup failed for client")
+    assert not client_server_died("Version mismatch: The cluster was started with:\n    Ray: 2.60.0\n")
+    assert not client_server_died("Proxy failed to Connect to backend!")
+
+
 def test_the_ray_launcher_declares_what_it_has() -> None:
     """A Ctrl-C ends a wait for Ray's placement; a lost node's bundle is placed again. Made without
     connecting (Ray is imported, nothing is reached until the first start)."""
