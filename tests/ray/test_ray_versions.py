@@ -111,6 +111,11 @@ def test_another_python_on_the_cluster_is_named_before_anything_starts(
     assert f"under Python {'.'.join(version.split('.')[:2])}" in text, text
     assert f"pip install 'ray=={ray.__version__}'" in text, text
     assert not ray.is_initialized()
+    # and Ray's module is left as before: the notebook's next connection starts clean
+    from ray._private import worker
+
+    node = worker._global_node  # noqa: SLF001 (what Ray's next ray.init asserts is None)
+    assert node is None and worker.global_worker.mode is None, (node, worker.global_worker.mode)
     # nothing left: no process of ours, no actor or placement group on the cluster, no client server
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in ours]
     assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], left

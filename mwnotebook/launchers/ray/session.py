@@ -221,6 +221,14 @@ class RaySession:
         try:
             self.ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
                           configure_logging=False)
+        except BaseException:
+            # A refused driver (a version mismatch) leaves Ray's module half connected: the
+            # notebook's next ray.init would fail with a bare AssertionError.
+            try:
+                self.ray.shutdown()
+            except Exception:
+                log.debug("ray.shutdown after a failed ray.init failed", exc_info=True)
+            raise
         finally:
             worker_log.removeFilter(_not_the_sigterm_note)
             if patient:
