@@ -49,7 +49,7 @@ def test_scans_beside_threads_building_tuples_break_none_of_them(monkeypatch) ->
     try:
         deadline = time.monotonic() + SECONDS
         while time.monotonic() < deadline:
-            assert module_walk._later_modules() == [later]
+            assert module_walk._later_modules() == [later]  # noqa: SLF001 -- the scan autograph and the kernel use
             scans += 1
     finally:
         stop.set()
