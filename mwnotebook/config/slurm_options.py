@@ -14,10 +14,11 @@ Why these commands:
 
 from __future__ import annotations
 
+import itertools
 import re
 import secrets
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,86 @@ def split_salloc_args(text: str) -> list[str]:
             hint = f"; use {instead} instead" if instead else ""
             raise ConfigError(f"--slurm {text!r}: {name} is set by mwnotebook itself{hint}")
     return args
+
+
+_NODELIST_OPTIONS = ("-w", "--nodelist")
+
+
+def user_nodelist(args: Sequence[str]) -> tuple[str, str] | None:
+    """``(option, value)`` of the node list in the user's salloc/sbatch arguments (``-w a,b``, ``-wa``,
+    ``--nodelist=a``, ``--nodelist a``; the last one, as Slurm takes it), or None without one."""
+    found: tuple[str, str] | None = None
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in _NODELIST_OPTIONS:
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            found = (name, value)
+        elif arg.startswith("-w") and len(arg) > 2:
+            found = ("-w", arg[2:])
+    return found
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's node list syntax expanded: ``a,b``, ``node[0-3,7]``, ``r[1-2]n[01-02]`` (zero padding
+    kept). ConfigError for what it cannot read (a file name, unbalanced brackets, a bad range)."""
+    if "/" in text:
+        raise ConfigError(f"{text!r} names a file of nodes: mwnotebook cannot tell which nodes are in it; "
+                          "list the nodes instead (e.g. --nodelist=node[0-3])")
+    if not re.fullmatch(r"(?:[^\[\]]|\[[^\[\]]*\])*", text):
+        raise ConfigError(f"node list {text!r}: unbalanced brackets")
+    names: list[str] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
+        parts = re.split(r"\[([^\]]*)\]", item)  # text, range, text, range, ..., text
+        choices: list[list[str]] = []
+        for n, part in enumerate(parts):
+            choices.append([part] if n % 2 == 0 else _expand_range(part, text))
+        names += ["".join(combo) for combo in itertools.product(*choices)]
+    return names
+
+
+def _expand_range(body: str, text: str) -> list[str]:
+    out: list[str] = []
+    for piece in body.split(","):
+        low, dash, high = piece.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
+            raise ConfigError(f"node list {text!r}: [{body}] is not a range like [0-3,7]")
+        out += [str(i).zfill(len(low)) for i in range(int(low), int(high if dash else low) + 1)]
+    return out
+
+
+def place_node_args(args: Sequence[str], place: Mapping[str, Sequence[str]], placed: Sequence[str]) -> list[str]:
+    """What the job's request (salloc here, ``#SBATCH`` lines in an export) adds so that the nodes
+    ``--place`` puts tasks on (``placed``) are in the job: one node list, never two.
+
+    - no ``--place`` node: nothing;
+    - the user's ``--slurm`` has no node list: ``--nodelist=`` those nodes (Slurm's node list means
+      "at least these nodes"; the others are Slurm's choice as before);
+    - it has one (``-w``/``--nodelist``): nothing when it lists every ``--place`` node; otherwise a
+      ConfigError before anything starts. Not merged: a user's node list often goes with ``-N`` for
+      exactly those nodes, and a wider job than the one asked for is a surprise; the user decides."""
+    wanted = list(dict.fromkeys(placed))
+    if not wanted:
+        return []
+    given = user_nodelist(args)
+    if given is None:
+        return ["--nodelist=" + ",".join(wanted)]
+    option, value = given
+    try:
+        listed = set(expand_hostlist(value))
+    except ConfigError as exc:
+        raise ConfigError(f"--slurm {option} {value}: {exc}; --place needs its nodes in the job") from None
+    missing = [node for node in wanted if node not in listed]
+    if missing:
+        options = " ".join(f"--place {role}={','.join(nodes)}" for role, nodes in place.items()
+                           if any(n in missing for n in nodes))
+        them = ", ".join(missing)
+        raise ConfigError(
+            f"{options} puts tasks on {them}, which --slurm's {option} {value} leaves out (a job has one "
+            f"node list, and the placed tasks need their node in it): add {them} to it "
+            f"({option} {value},{','.join(missing)}), or drop {option} from --slurm (mwnotebook then asks "
+            "Slurm for the --place nodes itself), or drop --place")
+    return []
 
 
 def salloc_argv(args: Sequence[str], workers: int, workers_per_host: int | None = None,
@@ -203,7 +284,11 @@ def check_slurm_spec(spec: Any) -> None:
         if parse_host(login).slots is not None:
             raise ConfigError(f"--slurm-login {login!r}: one login host, [user@]host[:port], without *N")
     if spec.slurm is not None:
-        split_salloc_args(spec.slurm)
+        args = split_salloc_args(spec.slurm)
+        if spec.place:  # the --place nodes and a node list of the user's agree (ConfigError now, not at sbatch)
+            from mwnotebook.config.task_placement import placed_by_option
+
+            place_node_args(args, spec.place, list(placed_by_option(spec.layout, spec.place).values()))
     if spec.slurm_job is not None:
         check_job_id(spec.slurm_job)
     if spec.slurm and spec.slurm_job:

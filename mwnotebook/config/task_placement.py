@@ -30,7 +30,7 @@ from mwnotebook.config.roles import RoleLayout, Task
 from mwnotebook.errors import ConfigError
 
 __all__ = ["PLACE_ROLES", "SERVER_SLOT_BASE", "TaskPlacement", "check_place", "launch_slots", "parse_place",
-           "place_tasks"]
+           "place_tasks", "placed_by_option"]
 
 #: The roles ``--place`` can move (the worker replicas and worker servers follow ``--hosts``).
 PLACE_ROLES = ("coordinator", "chief", "ps", "evaluator")
@@ -157,3 +157,13 @@ def place_tasks(layout: RoleLayout, worker_slots: Sequence[str], hosts: Sequence
         for n, task in enumerate(sorted(tasks)):
             placed[task] = role_hosts[n % len(role_hosts)]
     return TaskPlacement(layout, placed)
+
+
+def placed_by_option(layout: RoleLayout, overrides: Mapping[str, Sequence[str]] | None) -> dict[Task, str]:
+    """The tasks ``--place`` puts on named hosts and their hosts (the rule above, round-robin over a
+    role's hosts, so a host a role has no task for is left out); ``{}`` without ``--place``. For a
+    Slurm job, whose other tasks go where Slurm puts them (config/slurm_options.py ``place_node_args``)."""
+    if not overrides:
+        return {}
+    placement = place_tasks(layout, [""] * layout.workers, [""], overrides)
+    return {task: host for task, host in placement.hosts.items() if host}

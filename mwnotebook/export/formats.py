@@ -30,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mwnotebook.config.slurm_options import split_salloc_args
+from mwnotebook.config.slurm_options import place_node_args, split_salloc_args
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.config.worker_env import recipe_code, worker_envs
 from mwnotebook.errors import ConfigError
@@ -114,10 +114,11 @@ def batch_script_source(spec: ClusterSpec, env: Mapping[str, str], python: str, 
         header.append(f"#SBATCH --ntasks-per-node={spec.workers_per_host}")
     if spec.gpus_per_worker:
         header.append(f"#SBATCH --gpus-per-task={spec.gpus_per_worker}")
-    header += sbatch_lines(split_salloc_args(spec.slurm or ""))
+    args = split_salloc_args(spec.slurm or "")
+    # The nodes --place names are in the job (slurm_tf_config.py puts the tasks there): one node list,
+    # the user's when --slurm has one (config/slurm_options.py place_node_args, as the live launcher).
     placed = placed_nodes(spec) if roles else {}
-    if placed:  # the nodes --place names are in the job (slurm_tf_config.py puts the tasks there)
-        header.append("#SBATCH --nodelist=" + ",".join(dict.fromkeys(placed.values())))
+    header += sbatch_lines(args + place_node_args(args, spec.place, list(placed.values())))
     body = ["", "# Submit from this directory: sbatch job.sbatch (output in slurm-<jobid>.out).",
             'cd "${SLURM_SUBMIT_DIR:-$(dirname "$0")}" || exit 1']
     body += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
@@ -231,17 +232,19 @@ def export_format(code: str, out_dir: str | Path, spec: ClusterSpec, fmt: str, *
     where = "(set by slurm_tf_config.py in job.sbatch)" if fmt == "slurm" else "(set by the TFJob operator)"
     script_text = script_text.replace("(see worker-<i>.sh)", where)
     env = _worker_env(spec)
+    python = python or spec.python or "python3"
+    # The batch script first: its ConfigErrors (config/slurm_options.py place_node_args) come before any file.
+    batch_text = batch_script_source(spec, env, python) if fmt == "slurm" else ""
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / SCRIPT_NAME
     script.write_text(script_text)
     if fmt == "slurm":
-        python = python or spec.python or "python3"
         launcher = directory / TF_CONFIG_LAUNCHER
         source = shipped.path("slurm_tf_config.py")
         launcher.write_text(f"# {MARKER} (a copy of mwnotebook/processes/shipped/slurm_tf_config.py)\n"
                             + source.read_text(encoding="utf-8"))
         batch = directory / BATCH_SCRIPT
-        batch.write_text(batch_script_source(spec, env, python))
+        batch.write_text(batch_text)
         batch.chmod(0o755)
         files: tuple[Path, ...] = (script, launcher, batch)
         if spec.layout.parameter_server:

@@ -15,7 +15,7 @@ import shlex
 
 from mwnotebook.config.roles import Task
 from mwnotebook.config.spec import ClusterSpec
-from mwnotebook.config.task_placement import place_tasks
+from mwnotebook.config.task_placement import placed_by_option
 from mwnotebook.config.worker_env import task_envs
 
 #: The file (in the submit directory, shared by the nodes) where a ``--ps`` job's chief leaves its exit status.
@@ -31,10 +31,7 @@ def slurm_tasks(spec: ClusterSpec) -> list[Task]:
 def placed_nodes(spec: ClusterSpec) -> dict[Task, str]:
     """The tasks ``--place`` puts on named nodes (config/task_placement.py's rule, the one there is);
     ``{}`` without ``--place``: Slurm places every task."""
-    if not spec.place:
-        return {}
-    placement = place_tasks(spec.layout, [""] * spec.workers, [""], spec.place)
-    return {task: node for task, node in placement.hosts.items() if node}
+    return placed_by_option(spec.layout, spec.place)
 
 
 def place_variable(placed: dict[Task, str]) -> str:

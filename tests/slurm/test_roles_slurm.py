@@ -48,12 +48,29 @@ def test_chief_and_evaluator_on_the_job_s_nodes(slurm_env: slurm_cluster.SlurmCl
     assert [m for m in result.metrics if "val_loss" in str(m)], result.metrics
 
 
-def test_place_naming_no_node_of_the_job_is_refused_with_the_job_s_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:
+def test_place_naming_no_node_is_refused_by_salloc_naming_the_option(slurm_env: slurm_cluster.SlurmCluster) -> None:
+    """salloc is asked for the --place nodes (config/slurm_options.py ``place_node_args``, as an export's
+    job is); Slurm's refusal of an unknown one says which option named it."""
     cluster = Cluster(workers=2, ps=1, cpu=True, slurm="-N 2", place={"ps": ["gpu7"]})
-    with pytest.raises(Exception, match=r"--place ps=gpu7: gpu7 is not a node of Slurm job \d+, whose nodes "
-                                        rf"are {', '.join(slurm_env.node_names)}"):
+    with pytest.raises(Exception, match=r"salloc failed: .*Invalid node name specified; --place ps=gpu7 asked "
+                                        r"Slurm for those nodes \(--nodelist=gpu7\): name nodes of this cluster"):
         cluster.start()
-    cluster.stop()  # nothing runs; the job was cancelled (slurm_env checks)
+    cluster.stop()  # nothing runs; no job was made (slurm_env checks)
+
+
+def test_place_naming_no_node_of_a_given_job_is_refused_with_the_job_s_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:
+    """``--slurm-job J``: no salloc to ask, so the --place nodes are checked against the job's nodes."""
+    granted = slurm_env.run("salloc", "--no-shell", "-N", "2", "-t", "5")
+    job = re.search(r"Granted job allocation (\d+)", granted.stderr + granted.stdout)
+    assert job, granted
+    try:
+        cluster = Cluster(workers=2, ps=1, cpu=True, slurm_job=job.group(1), place={"ps": ["gpu7"]})
+        with pytest.raises(Exception, match=rf"--place ps=gpu7: gpu7 is not a node of Slurm job {job.group(1)}, "
+                                            rf"whose nodes are {', '.join(slurm_env.node_names)}"):
+            cluster.start()
+        cluster.stop()
+    finally:
+        slurm_env.run("scancel", job.group(1), check=False)
 
 
 @pytest.fixture(scope="module")

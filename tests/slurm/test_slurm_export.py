@@ -4,8 +4,10 @@ export runs its coordinator, worker and ps servers as the tasks of one step and 
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,8 @@ from mwnotebook.export.formats import export_format
 from tests._shared import slurm_cluster
 from tests._shared.ps_cells import ps_counter_cell
 from tests._shared.seed_cell import SEED_CELL, expected_line
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -97,3 +101,49 @@ def test_exported_ps_job_puts_the_placed_task_on_its_node(slurm_env: slurm_clust
     assert ended == ("COMPLETED", "0:0"), f"job {job} ended {ended}:\n{output[-3000:]}"
     assert f"ps at {address[n0]}:" in output, output[-3000:]
     assert "chief total 10.0" in output.splitlines(), output[-3000:]
+
+
+def test_a_node_list_of_the_user_s_is_the_job_s_one_node_list_and_the_placed_task_runs_on_its_node(
+        slurm_env: slurm_cluster.SlurmCluster, tmp_path) -> None:
+    """``--slurm "-N 2 --nodelist=mwnode[0-1]" --place ps=mwnode0``: the user's node list holds the
+    --place node, so it stays the job's only node list (config/slurm_options.py ``place_node_args``;
+    before, a second ``#SBATCH --nodelist=mwnode0`` followed it and sbatch kept the last one), and
+    the ps still trains on mwnode0."""
+    n0, n1 = slurm_env.node_names
+    prefix = n0.rstrip("0123456789")
+    assert (n0, n1) == (f"{prefix}0", f"{prefix}1")
+    address = {name: host.address for name, host in zip(slurm_env.node_names, slurm_env.nodes)}
+    spec = ClusterSpec(workers=2, ps=1, cpu=True, python=sys.executable,
+                       slurm=f"-N 2 -t 5 --nodelist={prefix}[0-1]", place={"ps": (n0,)})
+    cell = ("import json, os\nprint('ps at', json.loads(os.environ['TF_CONFIG'])['cluster']['ps'][0], flush=True)\n"
+            + PS_CELL)
+    export_format(cell, tmp_path, spec, "slurm")
+    batch = (tmp_path / "job.sbatch").read_text().splitlines()
+    assert [line for line in batch if "nodelist" in line] == [f"#SBATCH '--nodelist={prefix}[0-1]'"], batch
+    submitted = slurm_env.run("sbatch", "--parsable", "job.sbatch", cwd=str(tmp_path))
+    job = submitted.stdout.strip().split(";")[0]
+    ended = job_end(slurm_env, job, timeout=150)
+    output = (tmp_path / f"slurm-{job}.out").read_text()
+    assert ended == ("COMPLETED", "0:0"), f"job {job} ended {ended}:\n{output[-3000:]}"
+    assert f"ps at {address[n0]}:" in output, output[-3000:]
+    assert "chief total 10.0" in output.splitlines(), output[-3000:]
+
+
+def test_a_node_list_of_the_user_s_leaving_out_the_placed_node_is_refused_before_anything_is_written(
+        slurm_env: slurm_cluster.SlurmCluster, tmp_path) -> None:
+    """``mwnotebook export --format slurm --slurm "-N 1 -w mwnode1" --place ps=mwnode0``, as a user runs
+    it: the two node lists disagree, so the command says so and what to do, writes nothing, and no job
+    exists (before, the script carried both and sbatch silently dropped the user's mwnode1)."""
+    n0, n1 = slurm_env.node_names
+    cell = tmp_path / "cell.py"
+    cell.write_text(PS_CELL)
+    out = tmp_path / "job"
+    done = subprocess.run(
+        [sys.executable, "-m", "mwnotebook.frontend.cli.command", "export", "--format", "slurm", "--cpu",
+         "--workers", "2", "--ps", "1", "--slurm", f"-N 1 -w {n1}", "--place", f"ps={n0}", "--out", str(out),
+         str(cell)], capture_output=True, text=True, timeout=120, cwd=str(REPO), check=False)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert (f"--place ps={n0} puts tasks on {n0}, which --slurm's -w {n1} leaves out" in done.stderr
+            and f"add {n0} to it (-w {n1},{n0}), or drop -w from --slurm" in done.stderr), done.stderr
+    assert not out.exists()
+    assert not slurm_env.jobs()

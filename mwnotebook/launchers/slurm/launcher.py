@@ -16,10 +16,11 @@ chosen on each node.
 
 Every task of the cluster's layout (``--ps``: the coordinator, worker and ps servers; the evaluator)
 is placed once the job's nodes are known, by the one rule of ``config/task_placement.py`` with the
-job's nodes in order as the hosts and ``--place`` naming node names (checked against the job's
-nodes then); ``start(slot)`` starts that slot's task on its node, and the ports of the training
-tasks stay held on their nodes until the next placement, so a lost worker server comes back on its
-address.
+job's nodes in order as the hosts and ``--place`` naming node names (in salloc's node list by the rule
+of ``config/slurm_options.py`` ``place_node_args``, which an export follows too, and checked against
+the job's nodes then); ``start(slot)`` starts that slot's task on its node, and the ports of the
+training tasks stay held on their nodes until the next placement, so a lost worker server comes back
+on its address.
 
 When workers were lost (``--max-restarts``), :meth:`SlurmLauncher.replace_lost_nodes` moves the
 workers of a node that failed to a spare node of the job (``config/slurm_nodes.py``), else asks for
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from mwnotebook.config import slurm_options as cmd
 from mwnotebook.config.roles import RoleLayout, Task
 from mwnotebook.config.slurm_nodes import replace_lost
-from mwnotebook.config.task_placement import TaskPlacement, place_tasks
+from mwnotebook.config.task_placement import TaskPlacement, place_tasks, placed_by_option
 from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
@@ -54,7 +55,7 @@ from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_hol
 from mwnotebook.launchers.remote.kernel_start import first_event, start_kernel
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates
 from mwnotebook.launchers.slurm.agent import SrunAgent
-from mwnotebook.launchers.slurm.job import SlurmAllocation
+from mwnotebook.launchers.slurm.job import SlurmAllocation, StartAborted
 from mwnotebook.launchers.slurm.kernel_handle import NodePlace, SlurmKernelHandle
 from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmShell
 
@@ -92,8 +93,13 @@ class SlurmLauncher:
         self.startup_timeout = startup_timeout
         self.cwd = cwd or os.getcwd()
         self._job_id = cmd.check_job_id(job_id) if job_id else None
-        self._salloc = cmd.salloc_argv(cmd.split_salloc_args(salloc_args or ""), workers,
-                                       workers_per_host, gpus_per_worker, job_name=cmd.unique_job_name())
+        args = cmd.split_salloc_args(salloc_args or "")
+        # The --place nodes are in the job: one node list, as an export's (config/slurm_options.py).
+        self._place_nodelist = cmd.place_node_args(args, self._place,
+                                                   list(placed_by_option(self.layout, self._place).values()))
+        args += self._place_nodelist
+        self._salloc = cmd.salloc_argv(args, workers, workers_per_host, gpus_per_worker,
+                                       job_name=cmd.unique_job_name())
         self.allocation: SlurmAllocation | None = None
         #: The node of each worker slot (MWMS replicas, or a --ps cluster's worker servers).
         self.placement: list[str] = []
@@ -152,8 +158,7 @@ class SlurmLauncher:
             if self._job_id:
                 self.allocation = await SlurmAllocation.attach(self._job_id, self.shell, self._abort)
             else:
-                self.allocation = await SlurmAllocation.request(self._salloc, self.startup_timeout,
-                                                                self.shell, self._abort)
+                self.allocation = await self._request()
             try:
                 self.place_tasks_on(self.allocation)
             except BaseException:
@@ -161,6 +166,19 @@ class SlurmLauncher:
                 await old.release()
                 raise
         return self.allocation
+
+    async def _request(self) -> SlurmAllocation:
+        """salloc; when it refuses a node list that ``--place`` added, the error says which option named it."""
+        try:
+            return await SlurmAllocation.request(self._salloc, self.startup_timeout, self.shell, self._abort)
+        except StartAborted:
+            raise
+        except ClusterStartError as exc:
+            if not self._place_nodelist or not str(exc).startswith("salloc failed"):
+                raise
+            options = " ".join(f"--place {role}={','.join(nodes)}" for role, nodes in self._place.items())
+            raise ClusterStartError(f"{exc}; {options} asked Slurm for those nodes ({self._place_nodelist[0]}): "
+                                    "name nodes of this cluster (`sinfo -N` lists them)") from exc
 
     def place_tasks_on(self, allocation: SlurmAllocation) -> None:
         """Every task's node on this job: the worker slots over its nodes, the rest by the rule of
