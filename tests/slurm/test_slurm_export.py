@@ -83,43 +83,30 @@ def job_end(slurm: slurm_cluster.SlurmCluster, job: str, timeout: float) -> tupl
     raise AssertionError(f"job {job} did not end within {timeout:.0f} s")
 
 
-def test_exported_ps_job_puts_the_placed_task_on_its_node(slurm_env: slurm_cluster.SlurmCluster, tmp_path) -> None:
+@pytest.mark.parametrize("nodes, node_list", [
+    ("", "--nodelist={n0}"),
+    # the user's node list holds the --place node: it stays the job's one node list (before, a second
+    # #SBATCH --nodelist={n0} followed it, and sbatch kept the last; config/slurm_options.py place_node_args)
+    (" --nodelist={prefix}[0-1]", "'--nodelist={prefix}[0-1]'")], ids=["no-node-list", "user-s-node-list"])
+def test_exported_ps_job_puts_the_placed_task_on_its_node(slurm_env: slurm_cluster.SlurmCluster, tmp_path,
+                                                          nodes: str, node_list: str) -> None:
     """``--place ps=mwnode0`` (node names): Slurm's block distribution alone would put the ps on the
-    second node; the job names the node (``#SBATCH --nodelist``) and slurm_tf_config.py gives the ps
-    a rank there, so TF_CONFIG's ps address is mwnode0's and the servers train there."""
-    n0, _ = slurm_env.node_names
-    address = {name: host.address for name, host in zip(slurm_env.node_names, slurm_env.nodes)}
-    spec = ClusterSpec(workers=2, ps=1, cpu=True, python=sys.executable, slurm="-N 2 -t 5", place={"ps": (n0,)})
-    cell = ("import json, os\nprint('ps at', json.loads(os.environ['TF_CONFIG'])['cluster']['ps'][0], flush=True)\n"
-            + PS_CELL)
-    job_files = export_format(cell, tmp_path, spec, "slurm")
-    assert f"placed by --place: ps-0 on {n0}" in job_files.summary()
-    submitted = slurm_env.run("sbatch", "--parsable", "job.sbatch", cwd=str(tmp_path))
-    job = submitted.stdout.strip().split(";")[0]
-    ended = job_end(slurm_env, job, timeout=150)
-    output = (tmp_path / f"slurm-{job}.out").read_text()
-    assert ended == ("COMPLETED", "0:0"), f"job {job} ended {ended}:\n{output[-3000:]}"
-    assert f"ps at {address[n0]}:" in output, output[-3000:]
-    assert "chief total 10.0" in output.splitlines(), output[-3000:]
-
-
-def test_a_node_list_of_the_user_s_is_the_job_s_one_node_list_and_the_placed_task_runs_on_its_node(
-        slurm_env: slurm_cluster.SlurmCluster, tmp_path) -> None:
-    """``--slurm "-N 2 --nodelist=mwnode[0-1]" --place ps=mwnode0``: the user's node list holds the
-    --place node, so it stays the job's only node list (config/slurm_options.py ``place_node_args``;
-    before, a second ``#SBATCH --nodelist=mwnode0`` followed it and sbatch kept the last one), and
-    the ps still trains on mwnode0."""
+    second node; the job's one node list holds the node (``#SBATCH --nodelist``, or the user's own) and
+    slurm_tf_config.py gives the ps a rank there, so TF_CONFIG's ps address is mwnode0's and the
+    servers train there."""
     n0, n1 = slurm_env.node_names
     prefix = n0.rstrip("0123456789")
     assert (n0, n1) == (f"{prefix}0", f"{prefix}1")
     address = {name: host.address for name, host in zip(slurm_env.node_names, slurm_env.nodes)}
     spec = ClusterSpec(workers=2, ps=1, cpu=True, python=sys.executable,
-                       slurm=f"-N 2 -t 5 --nodelist={prefix}[0-1]", place={"ps": (n0,)})
+                       slurm="-N 2 -t 5" + nodes.format(prefix=prefix), place={"ps": (n0,)})
     cell = ("import json, os\nprint('ps at', json.loads(os.environ['TF_CONFIG'])['cluster']['ps'][0], flush=True)\n"
             + PS_CELL)
-    export_format(cell, tmp_path, spec, "slurm")
+    job_files = export_format(cell, tmp_path, spec, "slurm")
+    assert f"placed by --place: ps-0 on {n0}" in job_files.summary()
     batch = (tmp_path / "job.sbatch").read_text().splitlines()
-    assert [line for line in batch if "nodelist" in line] == [f"#SBATCH '--nodelist={prefix}[0-1]'"], batch
+    assert [line for line in batch if "nodelist" in line] == [
+        "#SBATCH " + node_list.format(n0=n0, prefix=prefix)], batch
     submitted = slurm_env.run("sbatch", "--parsable", "job.sbatch", cwd=str(tmp_path))
     job = submitted.stdout.strip().split(";")[0]
     ended = job_end(slurm_env, job, timeout=150)
