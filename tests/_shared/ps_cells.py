@@ -1,6 +1,16 @@
-"""Cells that several test modules run on a ``ParameterServerStrategy`` cluster, written once."""
+"""Cells that several test modules run on a ``ParameterServerStrategy`` cluster, written once, and
+the run of the stock fit cell the local, SSH and Slurm tiers each repeat (:func:`run_stock_fit`)."""
 
 from __future__ import annotations
+
+import io
+import re
+from typing import TYPE_CHECKING
+
+from mwnotebook.frontend.text.relay import TextRelay
+
+if TYPE_CHECKING:
+    from mwnotebook import Cluster, RunResult
 
 
 def ps_counter_cell(steps: int, label: str) -> str:
@@ -51,3 +61,24 @@ STOCK_PS_FIT = PS_FIT.replace(
     "resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()\n"
     "strategy = tf.distribute.ParameterServerStrategy(resolver)\n")
 assert STOCK_PS_FIT != PS_FIT
+
+
+def losses(text: str, tag: str) -> list[float]:
+    """The numbers of the line ``<tag> v1 v2 ...`` in ``text`` (a cell's printed losses)."""
+    match = re.search(rf"^{tag} (.*)$", text, re.M)
+    assert match, text[-2000:]
+    return [float(v) for v in match.group(1).split()]
+
+
+def run_stock_fit(cluster: Cluster, epochs: int) -> tuple[RunResult, list[str]]:
+    """:data:`STOCK_PS_FIT` for ``epochs`` epochs in ``cluster``, its output through the notebook's text
+    relay; checks the coordinator printed one loss per epoch, falling. Returns the run's result and
+    the relayed stderr lines about a second ``ParameterServerStrategy`` (engine/cell/fresh_coordinator.py:
+    none on a cluster's first strategy, one on each rerun)."""
+    out, err = io.StringIO(), io.StringIO()
+    relay = TextRelay(out, err, names=cluster.spec.layout.kernel_names())
+    result = cluster.run(STOCK_PS_FIT.replace("EPOCHS", str(epochs)), on_event=relay, timeout=300)
+    relay.flush()
+    values = losses(result.stdout(0), "losses")
+    assert len(values) == epochs and values[-1] < values[0], values
+    return result, [line for line in err.getvalue().splitlines() if "second ParameterServerStrategy" in line]

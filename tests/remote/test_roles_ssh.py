@@ -14,7 +14,6 @@ cluster either (checked when it ends).
 
 from __future__ import annotations
 
-import io
 import re
 import threading
 import time
@@ -24,12 +23,11 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.engine.roles.task_servers import ParameterServerLost
-from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import WorkerOutput
 from tests._shared import netns_hosts
 from tests._shared.modules import require
-from tests._shared.ps_cells import PS_FIT, STOCK_PS_FIT, ps_counter_cell
-from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, LOOP, losses
+from tests._shared.ps_cells import PS_FIT, losses, ps_counter_cell, run_stock_fit
+from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, LOOP
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -132,15 +130,9 @@ def test_the_stock_fit_cell_runs_three_times_in_one_cluster_with_a_fresh_coordin
     servers = dict(ps_cluster.server_pids)
     coordinators = []
     for run in range(3):
-        out, err = io.StringIO(), io.StringIO()
-        relay = TextRelay(out, err, names=ps_cluster.spec.layout.kernel_names())
-        result = ps_cluster.run(STOCK_PS_FIT.replace("EPOCHS", "3"), on_event=relay, timeout=300)
-        relay.flush()
-        values = losses(result.stdout(0), "losses")
-        assert len(values) == 3 and values[-1] < values[0], (run, values)
+        _, notes = run_stock_fit(ps_cluster, epochs=3)
         # the coordinator made a strategy in the earlier tests already: every run is a rerun here
-        notes = [line for line in err.getvalue().splitlines() if "second ParameterServerStrategy" in line]
-        assert len(notes) == 1 and "servers kept running" in notes[0], err.getvalue()
+        assert len(notes) == 1 and "servers kept running" in notes[0], (run, notes)
         host, _, pid = tasks(ps_cluster)["chief:0"]
         assert host == on_host(test_net, pid) == test_net.hosts[0].alias, (run, host, pid)
         coordinators.append(pid)

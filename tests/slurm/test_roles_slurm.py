@@ -27,8 +27,8 @@ from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import WorkerOutput
 from tests._shared import slurm_cluster
-from tests._shared.ps_cells import STOCK_PS_FIT
-from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, FIT, LOOP, losses
+from tests._shared.ps_cells import losses, run_stock_fit
+from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, FIT, LOOP
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -122,14 +122,8 @@ def test_the_stock_fit_cell_runs_three_times(ps_slurm: Cluster) -> None:
     coordinator kernel on its node (engine/cell/fresh_coordinator.py), the servers kept."""
     servers = dict(ps_slurm.server_pids)
     for run in range(3):
-        out, err = io.StringIO(), io.StringIO()
-        relay = TextRelay(out, err, names=ps_slurm.spec.layout.kernel_names())
-        result = ps_slurm.run(STOCK_PS_FIT.replace("EPOCHS", "2"), on_event=relay, timeout=300)
-        relay.flush()
-        values = losses(result.stdout(0), "losses")
-        assert len(values) == 2 and values[-1] < values[0], (run, values)
-        notes = [line for line in err.getvalue().splitlines() if "second ParameterServerStrategy" in line]
-        assert len(notes) == (0 if run == 0 else 1), err.getvalue()
+        _, notes = run_stock_fit(ps_slurm, epochs=2)
+        assert len(notes) == (0 if run == 0 else 1), (run, notes)
     assert ps_slurm.server_pids == servers
     assert _info(ps_slurm, "chief:0").host == ps_slurm.workers[0].handle.host
     assert all(i.alive for i in ps_slurm.status())

@@ -156,7 +156,8 @@ def test_ps_fit_through_the_login_node(laptop: slurm_cluster.SlurmCluster) -> No
     """``--ps 1 --workers 2 --slurm-login``: every task a job step started on the login node, placed
     by the rule on the job's nodes (launchers/slurm/launcher.py), the coordinator and the servers
     reached through the login node's forwards; the tutorial's fit trains, its loss falling."""
-    from tests.tf.test_ps_roles import FIT, losses
+    from tests._shared.ps_cells import losses
+    from tests.tf.test_ps_roles import FIT
 
     n0, n1 = laptop.node_names
     with Cluster(workers=2, ps=1, cpu=True, slurm="-N 2", slurm_login=laptop.login.alias) as cluster:

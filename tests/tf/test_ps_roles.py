@@ -7,7 +7,6 @@ tests after them need other layouts and start their own clusters."""
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import signal
@@ -19,10 +18,9 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.engine.roles.task_servers import ParameterServerLost
-from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput
 
-from .._shared.ps_cells import PS_FIT, STOCK_PS_FIT, ps_counter_cell
+from .._shared.ps_cells import PS_FIT, STOCK_PS_FIT, losses, ps_counter_cell, run_stock_fit
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -66,12 +64,6 @@ for epoch in range(4):
     mw.report(step=epoch, loss=means[-1])
 print("loop", " ".join(f"{v:.4f}" for v in means))
 '''
-
-
-def losses(text: str, tag: str) -> list[float]:
-    match = re.search(rf"^{tag} (.*)$", text, re.M)
-    assert match, text[-2000:]
-    return [float(v) for v in match.group(1).split()]
 
 
 @pytest.fixture(scope="module")
@@ -327,14 +319,8 @@ def test_the_stock_fit_cell_runs_three_times_in_one_cluster_each_time_training_a
         cluster.start()
         servers = dict(cluster.server_pids)
         for run in range(3):
-            out, err = io.StringIO(), io.StringIO()
-            relay = TextRelay(out, err, names=cluster.spec.layout.kernel_names())
-            result = cluster.run(STOCK_PS_FIT.replace("EPOCHS", "3"), on_event=relay, timeout=300)
-            relay.flush()
-            values = losses(result.stdout(0), "losses")
-            assert len(values) == 3 and values[-1] < values[0], (run, values)
-            notes = [line for line in err.getvalue().splitlines() if "second ParameterServerStrategy" in line]
-            assert len(notes) == (0 if run == 0 else 1), err.getvalue()
+            _, notes = run_stock_fit(cluster, epochs=3)
+            assert len(notes) == (0 if run == 0 else 1), (run, notes)
             if run:
                 assert notes[0].startswith("[coordinator] mwnotebook: ") and "servers kept running" in notes[0]
         assert cluster.server_pids == servers
