@@ -129,6 +129,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-strategy", default="SPREAD", type=str.upper, metavar="STRATEGY",
                         help="with --ray: how the workers' bundles are placed (SPREAD, the default, on "
                              "distinct nodes where it can; STRICT_SPREAD, PACK, STRICT_PACK)")
+    parser.add_argument("--ray-ssh", default=None, metavar="HOST",
+                        help="with --ray, from a machine off the Ray cluster's network: reach the workers "
+                             "(and a ray:// address) through SSH forwards over one connection to this host, "
+                             "the head ([user@]host[:port] or an ssh config alias)")
     parser.add_argument("--cpus-per-worker", type=lambda t: whole_number(t, name="--cpus-per-worker"),
                         default=None, metavar="C", help="with --ray: CPUs each worker's bundle reserves (default 1)")
     parser.add_argument("--ps", type=lambda t: whole_number(t, name="--ps"), default=0, metavar="P",
@@ -188,7 +192,7 @@ def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None 
         slurm=getattr(ns, "slurm", None), slurm_job=getattr(ns, "slurm_job", None),
         slurm_login=getattr(ns, "slurm_login", None),
         ray=getattr(ns, "ray", None), ray_strategy=getattr(ns, "ray_strategy", "SPREAD"),
-        cpus_per_worker=getattr(ns, "cpus_per_worker", None),
+        cpus_per_worker=getattr(ns, "cpus_per_worker", None), ray_ssh=getattr(ns, "ray_ssh", None),
         ps=getattr(ns, "ps", 0) or 0, chief=getattr(ns, "chief", False), evaluator=getattr(ns, "evaluator", False),
         coordinator=getattr(ns, "coordinator", "kernel"), force=getattr(ns, "force", False),
         place=parse_place(getattr(ns, "place", None) or []))

@@ -90,6 +90,10 @@ class ClusterSpec:
     ray: str | None = None
     ray_strategy: str = "SPREAD"
     cpus_per_worker: int | None = None
+    #: ``--ray-ssh [user@]HOST[:port]``: with ``--ray``, reach the relays and kernels (and a
+    #: ``ray://`` address) through local SSH forwards over one connection to this host, the head
+    #: (launchers/ray/ssh_jump.py): the notebook is off the cluster's network.
+    ray_ssh: str | None = None
     #: The host of each worker (empty without ``hosts``): ``--hosts`` is parsed here, once, and
     #: everything else (launcher, GPU split, export) reads this.
     placement: tuple[HostSpec, ...] = field(init=False, compare=False, repr=False, default=())

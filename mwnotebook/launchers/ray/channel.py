@@ -43,20 +43,26 @@ class RelayAgent(AgentRun):
 
     @classmethod
     async def start(cls, where: dict[str, Any], token: str, relay: Any, node: str,
-                    wrap: Callable[[Any], asyncio.Future[Any]]) -> RelayAgent:
-        """Connect to the relay at ``where`` (its :meth:`NodeRelay.where`), start an agent there and
-        send it its source. ``relay`` is the actor handle; ``wrap`` turns a Ray call into a future."""
+                    wrap: Callable[[Any], asyncio.Future[Any]],
+                    address: tuple[str, int] | None = None,
+                    connected: Callable[[], bool] = lambda: True) -> RelayAgent:
+        """Connect to the relay at ``where`` (its :meth:`NodeRelay.where`), or at ``address`` (a
+        local SSH forward to it, ``ssh_jump.py``), start an agent there and send it its source.
+        ``relay`` is the actor handle; ``wrap`` turns a Ray call into a future; ``connected``: Ray is
+        still connected (a call to Ray without its connection would start a new local Ray: Ray's
+        auto-init)."""
         channel = secrets.token_hex(CHANNEL_CHARS // 2)
+        ip, port = address or (str(where["ip"]), int(where["port"]))
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(where["ip"], int(where["port"])), CONNECT_SECONDS)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), CONNECT_SECONDS)
         except (OSError, asyncio.TimeoutError) as exc:
+            hint = ("through its SSH forward" if address else
+                    "the notebook must be on the Ray cluster's network, or give --ray-ssh HEAD_HOST")
             raise ConnectionError(f"cannot reach the relay on {node} at {where['ip']}:{where['port']} "
-                                  f"({exc or 'timed out'}); the notebook must be on the Ray cluster's "
-                                  "network") from None
+                                  f"({exc or 'timed out'}); {hint}") from None
         writer.write(f"{token} {channel}\n".encode())
         ended = wrap(relay.wait.remote(channel))
-        agent = cls(reader, writer, node, ended, lambda: relay.kill.remote(channel))
+        agent = cls(reader, writer, node, ended, lambda: relay.kill.remote(channel) if connected() else None)
         agent._send_source(ping=True)
         return agent
 

@@ -8,9 +8,12 @@ agent holds the worker's TensorFlow port, a ``kernel`` agent starts the kernel b
 address and obeys interrupt/stacks/kill. TF_CONFIG lists the bundles' node addresses and those
 ports, in bundle order.
 
-Reaching the kernels: directly, at the node's address. The notebook must run inside the cluster's
-network (a pod beside a KubeRay cluster, the head node, a VM on the cluster's network): Ray forwards
-no arbitrary ports, and reaching the nodes through an SSH jump host is not built.
+Reaching the kernels: by default directly, at the node's address; the notebook runs inside the
+cluster's network (a pod beside a KubeRay cluster, the head node, a VM on the cluster's network).
+Ray forwards no arbitrary ports, so from off that network ``--ray-ssh HOST`` (``ssh_jump.py``)
+reaches each relay and each kernel port through a local SSH forward over one connection to HOST
+(the head), and a ``ray://`` address too; the SSH connection is made before anything is placed and
+closed with the cluster.
 
 Lifecycle: :meth:`RayLauncher.close` (cluster stop, a failed start) closes the agents' connections
 (they kill their kernels), stops and kills the relays and removes the placement group. If the
@@ -36,7 +39,8 @@ from mwnotebook.config.tf_config import format_address
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.ray import node_relay
 from mwnotebook.launchers.ray.channel import RelayAgent
-from mwnotebook.launchers.ray.session import Placement, RaySession
+from mwnotebook.launchers.ray.session import Placement, RaySession, head_endpoint
+from mwnotebook.launchers.ray.ssh_jump import JumpHost
 from mwnotebook.launchers.remote.agent_channel import BOOTSTRAP, DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
 from mwnotebook.launchers.remote.kernel_handle import Listener, RemoteKernelHandle
@@ -68,7 +72,14 @@ class _BundlePlace:
 class RayKernelHandle(RemoteKernelHandle):
     """A kernel started by a relay actor, reached at its node's address."""
 
+    #: ``--ray-ssh``: the SSH connection the kernel is reached through (its loss explains a loss).
+    jump: JumpHost | None = None
+
     def _lost_description(self) -> str:
+        lost = self.jump.lost() if self.jump is not None else ""
+        if lost:
+            return (f"the SSH connection to {self.jump.target if self.jump else ''} (--ray-ssh) was lost "
+                    f"({lost}), and the worker's channels through it")
         return (f"its Ray node {self.host} or its relay actor is gone (node lost, or the actor was "
                 "killed); the worker's agent channel closed")
 
@@ -88,7 +99,7 @@ class RayLauncher:
     def __init__(self, address: str, *, workers: int = 2, cpus_per_worker: int | None = None,
                  gpus_per_worker: int | None = None, strategy: str = "SPREAD", python: str | None = None,
                  require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
-                 cwd: str | None = None) -> None:
+                 cwd: str | None = None, ray_ssh: str | None = None) -> None:
         self.address = address
         self.workers = workers
         self.cpus = cpus_per_worker or DEFAULT_CPUS_PER_WORKER
@@ -99,6 +110,8 @@ class RayLauncher:
         self.startup_timeout = startup_timeout
         self.cwd = cwd or os.getcwd()
         self.session = RaySession(address)  # Ray missing: a ConfigError now, before anything starts
+        #: ``--ray-ssh``: the relays and kernels are reached through SSH forwards (ssh_jump.py).
+        self.jump = JumpHost(ray_ssh) if ray_ssh else None
         self._token = secrets.token_hex(node_relay.TOKEN_CHARS // 2)
         self._placement: Placement | None = None
         self._relays: list[_Relay] = []
@@ -112,7 +125,7 @@ class RayLauncher:
         assert spec.ray is not None
         return cls(spec.ray.strip(), workers=spec.workers, cpus_per_worker=spec.cpus_per_worker,
                    gpus_per_worker=spec.gpus_per_worker, strategy=spec.ray_strategy, python=spec.python,
-                   startup_timeout=spec.startup_timeout)
+                   startup_timeout=spec.startup_timeout, ray_ssh=spec.ray_ssh)
 
     def abort_start(self) -> None:
         """Ctrl-C during a start: a wait for Ray's placement ends now."""
@@ -123,12 +136,20 @@ class RayLauncher:
         """The node address of each worker's bundle, in bundle order ([] before the first start)."""
         return [r.node_ip for r in self._relays]
 
+    @property
+    def handles(self) -> list[RayKernelHandle]:
+        """The kernels started and not ended (where the notebook reaches each: ``connection_info``)."""
+        return [h for h in self._handles if not h.ended]
+
     async def _place(self) -> list[_Relay]:
         """Connect, reserve the placement group and start one relay per bundle (once)."""
         async with self._placing:
             if self._relays:
+                self._check_connected()
                 return self._relays
             self._aborted = False
+            if self.jump is not None:
+                await self._through_ssh()
             await self.session.connect(self.startup_timeout)
             placement = Placement(self.session, self.workers, self.cpus, self.gpus, self.strategy)
             self._placement = placement
@@ -147,6 +168,32 @@ class RayLauncher:
             self._relays = [_Relay(a, w, ip) for a, w, ip in zip(actors, wheres, placement.node_ips)]
             log.info("Ray placement group ready: bundles on %s", placement.node_ips)
             return self._relays
+
+    def _check_connected(self) -> None:
+        """A :class:`ClusterStartError` when the SSH connection or Ray's was lost since the relays started."""
+        if self.jump is not None:
+            self.jump.check()
+        if not self.session.connected():
+            raise ClusterStartError(f"--ray {self.address}: the connection to the Ray cluster was lost, and the "
+                                    "workers with it; stop the cluster (%mwcluster stop) and start it again")
+
+    async def _through_ssh(self) -> None:
+        """``--ray-ssh``: connect to the SSH host first (a refusal fails the start before anything
+        is placed); a ``ray://`` address is then reached through a forward too."""
+        assert self.jump is not None
+        await self.jump.connect()
+        resolved = self.session.resolved
+        endpoint = head_endpoint(resolved) if resolved.startswith("ray://") else None
+        if endpoint is None or self.session.via is not None:
+            return
+        why = await self.jump.probe(*endpoint)
+        if why:
+            raise ClusterStartError(f"--ray {self.address}: nothing answers at {endpoint[0]}:{endpoint[1]} as "
+                                    f"{self.jump.target} (--ray-ssh) sees it ({why}); is the Ray head running "
+                                    "and is this its Ray Client address (ray://HOST:10001, HOST as the SSH "
+                                    "host reaches it, e.g. localhost on the head)?")
+        ip, port = await self.jump.route(*endpoint)
+        self.session.reach_at(f"ray://{ip}:{port}")
 
     def _relay_actors(self, placement: Placement, indices: Sequence[int]) -> list[Any]:
         ray = self.session.ray
@@ -176,6 +223,10 @@ class RayLauncher:
             placement = self._placement
             if placement is None or not self._relays:
                 return []
+            try:
+                self._check_connected()
+            except ClusterStartError as exc:
+                raise CannotRestartError(str(exc)) from None
             lost = [i for i, ok in enumerate(await self._relays_alive()) if not ok]
             if not lost:
                 return []
@@ -203,7 +254,10 @@ class RayLauncher:
     async def _agent(self, index: int) -> RelayAgent:
         relay = self._relays[index]
         try:
-            return await RelayAgent.start(relay.where, self._token, relay.actor, relay.node_ip, self.session.wrap)
+            address = (await self.jump.route(str(relay.where["ip"]), int(relay.where["port"]))
+                       if self.jump is not None else None)
+            return await RelayAgent.start(relay.where, self._token, relay.actor, relay.node_ip, self.session.wrap,
+                                          address, self.session.connected)
         except ConnectionError as exc:
             raise ClusterStartError(str(exc), worker=index, host=relay.node_ip) from None
 
@@ -254,6 +308,8 @@ class RayLauncher:
         agent = await self._agent(index)
 
         async def forward(port: int) -> tuple[str, int, Listener | None]:
+            if self.jump is not None:  # --ray-ssh: a local forward to the node's address
+                return await self.jump.forward(node_ip, port)
             return node_ip, port, None  # the kernel binds the node's address: reached directly
 
         try:
@@ -264,7 +320,9 @@ class RayLauncher:
         except ClusterStartError as exc:
             exc.worker = index
             raise
-        handle = RayKernelHandle(index, _BundlePlace(node_ip, index), agent, started.pid, [], started.info)
+        handle = RayKernelHandle(index, _BundlePlace(node_ip, index), agent, started.pid, started.listeners,
+                                 started.info)
+        handle.jump = self.jump
         handle.remote_dir = started.remote_dir
         self._handles = [h for h in self._handles if not h.ended] + [handle]
         log.info("worker %d: kernel pid %s on Ray node %s (bundle %d)", index, handle.pid, node_ip, index)
@@ -293,3 +351,7 @@ class RayLauncher:
         if placement is not None:
             await placement.remove()
         await self.session.close()
+        jump = self.jump
+        if jump is not None:
+            self.jump = JumpHost(jump.spec)  # a later start connects afresh; a start still running sees "stopping"
+            await jump.close()

@@ -184,11 +184,19 @@ class RaySession:
         self.resolved = resolve_address(address, os.environ if environ is None else environ)
         self.ray = import_ray()
         self._ours = False
+        #: Where ``ray.init`` connects instead of the address, when set (:meth:`reach_at`).
+        self.via: str | None = None
+
+    def reach_at(self, address: str) -> None:
+        """Connect at ``address`` instead: a local SSH forward to a ``ray://`` address (``--ray-ssh``,
+        ``launchers/ray/ssh_jump.py``). Errors still name the address the user gave."""
+        self.via = address
 
     async def connect(self, timeout: float) -> None:
         if self.ray.is_initialized():
             return
-        await asyncio.to_thread(check_reachable, self.address, self.resolved)
+        if self.via is None:  # through SSH: the launcher asked the SSH host (ssh_jump.py)
+            await asyncio.to_thread(check_reachable, self.address, self.resolved)
         started = time.monotonic()
         for attempt in (1, 2):
             try:
@@ -219,7 +227,7 @@ class RaySession:
         if patient:
             os.environ[RECONNECT_ENV] = str(HEAD_LOSS_SECONDS)
         try:
-            self.ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
+            self.ray.init(address=self.via or self.address, log_to_driver=False, logging_level=logging.WARNING,
                           configure_logging=False)
         except BaseException:
             # A refused driver (a version mismatch) leaves Ray's module half connected: the
@@ -234,6 +242,11 @@ class RaySession:
             if patient:
                 os.environ.pop(RECONNECT_ENV, None)
         self._ours = True
+
+    def connected(self) -> bool:
+        """Ray is connected. Every call to Ray after a lost connection is checked with this first:
+        Ray's auto-init would otherwise start a new, local Ray on the notebook's machine."""
+        return bool(self.ray.is_initialized())
 
     def wrap(self, ref: Any) -> asyncio.Future[Any]:
         """A Ray ObjectRef as a future of the running loop."""
@@ -356,7 +369,7 @@ class Placement:
 
     async def remove(self) -> None:
         group, self.group = self.group, None
-        if group is not None:
+        if group is not None and self.session.connected():  # else the group ends with our Ray job
             from ray.util.placement_group import remove_placement_group
 
             try:
