@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
 from .modules import require
+from .processes import end_processes, tree
 
 #: The browser: $MWNOTEBOOK_CHROMIUM, else the first ``chromium`` / ``chromium-browser`` on PATH
 #: (Debian and Ubuntu name the binary differently); None when there is none.
@@ -74,10 +74,7 @@ class Lab:
 
 
 def _stop_tree(process: subprocess.Popen, lab: Lab | None) -> None:
-    try:
-        tree = [psutil.Process(process.pid)] + psutil.Process(process.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        tree = []
+    procs = tree(process.pid)  # listed first: the server's shutdown re-parents what it leaves
     if lab is not None and process.poll() is None:
         try:
             lab.api("/api/shutdown", method="POST")
@@ -87,12 +84,7 @@ def _stop_tree(process: subprocess.Popen, lab: Lab | None) -> None:
             process.wait(15)
         except subprocess.TimeoutExpired:
             pass
-    for proc in tree:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(tree, timeout=10)
+    end_processes(procs, grace=0)
 
 
 def start_lab(root: Path, app: str = "lab") -> Lab:

@@ -1,4 +1,5 @@
-"""Process-tree scans: which mwnotebook processes a test left behind, counted, not assumed.
+"""Process-tree scans: which mwnotebook processes a test left behind, counted, not assumed; and
+ending the processes a fixture started (:func:`tree`, :func:`end_processes`).
 
 A process whose parent dies is re-parented, normally to init, where a scan of this process's tree
 would no longer see it. :func:`become_subreaper` makes the test process a child subreaper
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import psutil
@@ -64,6 +65,38 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
     while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return not running(pid)
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    """``pid``'s process and all its descendants (empty when it is gone): listed before it is
+    stopped, since a dead parent's children are re-parented out of its tree."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def end_processes(procs: Sequence[psutil.Process], grace: float = 10.0, wait: float = 10.0) -> list[psutil.Process]:
+    """SIGTERM to ``procs`` and up to ``grace`` s for them to end (``grace=0``: no SIGTERM), then
+    SIGKILL to the rest and up to ``wait`` s (``wait=0``: not waited for, as a machine that dies).
+    Returns those still alive. A process already gone is skipped."""
+    alive = list(procs)
+    if grace > 0:
+        for proc in alive:
+            try:
+                proc.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(alive, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    if wait <= 0:
+        return [proc for proc in alive if running(proc.pid)]
+    return psutil.wait_procs(alive, timeout=wait)[1]
 
 
 def become_subreaper() -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -35,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from tests._shared.processes import end_processes, tree
 
 RAY = str(Path(sys.executable).with_name("ray")) if Path(sys.executable).with_name("ray").exists() else "ray"
 #: Each node's fixed ports: base + 100 * node + offset (node 0 the head), the base the first of
@@ -148,13 +149,7 @@ class RayTestCluster:
 
     def kill_node(self, node: RayNode) -> None:
         """A node's machine dies: SIGKILL to its raylet and everything it started."""
-        raylet = psutil.Process(node.raylet_pid)
-        victims = [raylet, *raylet.children(recursive=True)]
-        for proc in victims:
-            try:
-                proc.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
+        end_processes(tree(node.raylet_pid), grace=0, wait=0)
 
     def node_alive(self, node: RayNode) -> bool:
         try:
@@ -192,19 +187,7 @@ class RayTestCluster:
         return seen
 
     def destroy(self) -> None:
-        procs = self.processes()
-        for proc in procs:
-            try:
-                proc.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=10)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=5)
+        end_processes(self.processes(), grace=10, wait=5)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
