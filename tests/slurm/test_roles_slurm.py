@@ -58,6 +58,23 @@ def test_place_naming_no_node_is_refused_by_salloc_naming_the_option(slurm_env: 
     cluster.stop()  # nothing runs; no job was made (slurm_env checks)
 
 
+def test_place_naming_a_drained_node_ends_the_start_within_the_timeout_naming_the_option(
+        slurm_env: slurm_cluster.SlurmCluster) -> None:
+    """A placed node that cannot run jobs (drained here; down alike) keeps salloc's request pending: the
+    start ends at --timeout and says the --place node list is what it waits for; no job is left."""
+    node = slurm_env.node_names[-1]
+    slurm_env.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=mwnotebook-test")
+    try:
+        cluster = Cluster(workers=2, ps=1, cpu=True, slurm="-N 2", place={"ps": [node]}, startup_timeout=8)
+        with pytest.raises(Exception, match=rf"was not granted within 8 s; .*--place ps={node} asked Slurm for "
+                                            rf"those nodes \(--nodelist={node}\), and the job waits for all of them"):
+            cluster.start()
+        cluster.stop()
+        assert slurm_env.jobs() == [], slurm_env.jobs()  # the pending request was cancelled
+    finally:
+        slurm_env.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+
+
 def test_place_naming_no_node_of_a_given_job_is_refused_with_the_job_s_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:
     """``--slurm-job J``: no salloc to ask, so the --place nodes are checked against the job's nodes."""
     granted = slurm_env.run("salloc", "--no-shell", "-N", "2", "-t", "5")

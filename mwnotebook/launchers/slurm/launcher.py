@@ -174,11 +174,17 @@ class SlurmLauncher:
         except StartAborted:
             raise
         except ClusterStartError as exc:
-            if not self._place_nodelist or not str(exc).startswith("salloc failed"):
+            if not self._place_nodelist:
                 raise
             options = " ".join(f"--place {role}={','.join(nodes)}" for role, nodes in self._place.items())
-            raise ClusterStartError(f"{exc}; {options} asked Slurm for those nodes ({self._place_nodelist[0]}): "
-                                    "name nodes of this cluster (`sinfo -N` lists them)") from exc
+            asked = f"{options} asked Slurm for those nodes ({self._place_nodelist[0]})"
+            if str(exc).startswith("salloc failed"):
+                raise ClusterStartError(f"{exc}; {asked}: name nodes of this cluster (`sinfo -N` lists them)") from exc
+            if "was not granted within" in str(exc):  # a placed node down, drained or busy keeps the job pending
+                raise ClusterStartError(f"{exc}; {asked}, and the job waits for all of them: `sinfo -N` shows "
+                                        "whether one is down, drained or busy; place those tasks elsewhere "
+                                        "(change or drop --place) or wait for it") from exc
+            raise
 
     def place_tasks_on(self, allocation: SlurmAllocation) -> None:
         """Every task's node on this job: the worker slots over its nodes, the rest by the rule of
