@@ -28,6 +28,7 @@ from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import WorkerOutput
 from tests._shared import slurm_cluster
 from tests._shared.ps_cells import assert_fit_trains, losses, run_stock_fit
+from tests.slurm.test_slurm_node_loss import resume
 from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, FIT, LOOP
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -72,7 +73,7 @@ def test_place_naming_a_drained_node_ends_the_start_within_the_timeout_naming_th
         cluster.stop()
         assert slurm_env.jobs() == [], slurm_env.jobs()  # the pending request was cancelled
     finally:
-        slurm_env.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        resume(slurm_env, node)
 
 
 def test_place_naming_no_node_of_a_given_job_is_refused_with_the_job_s_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:
