@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import io
 import re
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mwnotebook.frontend.text.relay import TextRelay
+from mwnotebook.shared.events import WorkerOutput
 
 if TYPE_CHECKING:
     from mwnotebook import Cluster, RunResult
@@ -91,3 +95,27 @@ def run_stock_fit(cluster: Cluster, epochs: int) -> tuple[RunResult, list[str]]:
     values = losses(result.stdout(0), "losses")
     assert len(values) == epochs and values[-1] < values[0], values
     return result, [line for line in err.getvalue().splitlines() if "second ParameterServerStrategy" in line]
+
+
+def fit_with_a_server_killed_at_epoch_3(cluster: Cluster, epochs: int, kill: Callable[[], None],
+                                        server: str, victim: int) -> list[float]:
+    """:data:`PS_FIT` for ``epochs`` epochs with ``kill()`` called once the coordinator prints
+    "Epoch 3/" (the steps are then in full flight); checks the fit completed, its loss falling, and
+    waits (bounded) until ``server`` (``worker-1``) runs under a pid other than ``victim``. Returns
+    the epoch losses."""
+    killed = threading.Event()
+
+    def on_event(event: object) -> None:
+        if isinstance(event, WorkerOutput) and "Epoch 3/" in event.content.get("text", "") and not killed.is_set():
+            kill()
+            killed.set()
+
+    result = cluster.run(PS_FIT.replace("EPOCHS", str(epochs)), on_event=on_event, timeout=600)
+    assert killed.is_set()
+    values = losses(result.stdout(0), "losses")
+    assert len(values) == epochs and values[-1] < values[0], values
+    deadline = time.monotonic() + 60  # a generous bound for the restart on a loaded machine
+    while cluster.server_pids.get(server) in (None, victim) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cluster.server_pids.get(server) not in (None, victim), cluster.server_pids
+    return values

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -26,7 +25,14 @@ from mwnotebook.engine.roles.task_servers import ParameterServerLost
 from mwnotebook.shared.events import WorkerOutput
 from tests._shared import netns_hosts
 from tests._shared.modules import require
-from tests._shared.ps_cells import PS_FIT, assert_fit_trains, losses, ps_counter_cell, run_stock_fit
+from tests._shared.ps_cells import (
+    PS_FIT,
+    assert_fit_trains,
+    fit_with_a_server_killed_at_epoch_3,
+    losses,
+    ps_counter_cell,
+    run_stock_fit,
+)
 from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, LOOP
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -104,20 +110,7 @@ def test_every_task_runs_on_its_placed_host_and_fit_and_the_custom_loop_train(ps
 def test_a_worker_server_killed_on_its_host_mid_fit_comes_back_on_its_address(ps_cluster, test_net):
     host, address, victim = tasks(ps_cluster)["worker:1"]
     assert victim is not None
-    killed = threading.Event()
-
-    def on_event(event):  # after the second epoch line the steps are in full flight
-        if isinstance(event, WorkerOutput) and "Epoch 3/" in event.content.get("text", "") and not killed.is_set():
-            kill_on_host(test_net, host, victim)
-            killed.set()
-
-    result = ps_cluster.run(PS_FIT.replace("EPOCHS", "40"), on_event=on_event, timeout=600)
-    assert killed.is_set()
-    values = losses(result.stdout(0), "losses")
-    assert len(values) == 40 and values[-1] < values[0], values
-    deadline = time.monotonic() + 60  # a generous bound for the restart on a loaded machine
-    while ps_cluster.server_pids.get("worker-1") in (None, victim) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    fit_with_a_server_killed_at_epoch_3(ps_cluster, 40, lambda: kill_on_host(test_net, host, victim), "worker-1", victim)
     again = next(i for i in ps_cluster.status() if i.task == "worker:1")
     assert (again.state, again.restarts, again.alive) == ("serving", 1, True), again
     assert (again.host, again.address) == (host, address)  # the same host, the same port: bound again

@@ -27,7 +27,7 @@ from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import WorkerOutput
 from tests._shared import slurm_cluster
-from tests._shared.ps_cells import assert_fit_trains, losses, run_stock_fit
+from tests._shared.ps_cells import assert_fit_trains, fit_with_a_server_killed_at_epoch_3, losses, run_stock_fit
 from tests.slurm.test_slurm_node_loss import resume
 from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, FIT, LOOP
 
@@ -161,20 +161,7 @@ def test_a_worker_server_killed_mid_fit_comes_back_on_its_address_and_the_cell_c
     before = _info(ps_slurm, "worker:1")
     assert before.pid is not None
     victim = before.pid
-    killed = threading.Event()
-
-    def on_event(event: object) -> None:
-        if isinstance(event, WorkerOutput) and "Epoch 3/" in event.content.get("text", "") and not killed.is_set():
-            os.kill(victim, signal.SIGKILL)
-            killed.set()
-
-    result = ps_slurm.run(FIT.replace("EPOCHS", "25"), on_event=on_event, timeout=600)
-    assert killed.is_set()
-    values = losses(result.stdout(0), "losses")
-    assert len(values) == 25 and values[-1] < values[0], values
-    deadline = time.monotonic() + 60  # generous: a restart on a loaded machine
-    while ps_slurm.server_pids.get("worker-1") in (None, victim) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    fit_with_a_server_killed_at_epoch_3(ps_slurm, 25, lambda: os.kill(victim, signal.SIGKILL), "worker-1", victim)
     again = _info(ps_slurm, "worker:1")
     # the same node and the same address: its port stayed reserved, and the new server bound it again
     assert (again.state, again.restarts, again.alive, again.host, again.address) == (

@@ -20,7 +20,15 @@ from mwnotebook import Cluster
 from mwnotebook.engine.roles.task_servers import ParameterServerLost
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput
 
-from .._shared.ps_cells import PS_FIT, STOCK_PS_FIT, assert_fit_trains, losses, ps_counter_cell, run_stock_fit
+from .._shared.ps_cells import (
+    PS_FIT,
+    STOCK_PS_FIT,
+    assert_fit_trains,
+    fit_with_a_server_killed_at_epoch_3,
+    losses,
+    ps_counter_cell,
+    run_stock_fit,
+)
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -172,22 +180,7 @@ def _pid_of(cluster: Cluster, task: str) -> int:
 def test_a_worker_killed_mid_fit_is_restarted_and_the_cell_completes(ps_cluster):
     victim = _pid_of(ps_cluster, "worker:0")
     assert victim == ps_cluster.server_pids["worker-0"]
-    killed = threading.Event()
-
-    def on_event(event):
-        # after the second epoch line, the steps are in full flight
-        if isinstance(event, WorkerOutput) and "Epoch 3/" in event.content.get("text", "") and not killed.is_set():
-            os.kill(victim, signal.SIGKILL)
-            killed.set()
-
-    result = ps_cluster.run(FIT.replace("EPOCHS", "40"), on_event=on_event, timeout=600)
-    assert killed.is_set()
-    values = losses(result.stdout(0), "losses")
-    assert values[-1] < values[0], values
-    deadline = time.monotonic() + 60  # a generous bound for the restart on a loaded machine
-    while ps_cluster.server_pids.get("worker-0") in (None, victim) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert ps_cluster.server_pids.get("worker-0") not in (None, victim)
+    fit_with_a_server_killed_at_epoch_3(ps_cluster, 40, lambda: os.kill(victim, signal.SIGKILL), "worker-0", victim)
     again = next(i for i in ps_cluster.status() if i.task == "worker:0")
     assert (again.state, again.restarts, again.alive) == ("serving", 1, True) and again.pid not in (None, victim)
 
