@@ -222,12 +222,15 @@ def test_a_refused_ssh_host_fails_before_anything_is_placed(laptop: HeadSSH, ray
     assert not ray_env.actor_pids()
 
 
+@pytest.mark.parametrize("through", ["ray_client", "driver"])
 def test_a_lost_ssh_connection_is_a_lost_cluster(laptop: HeadSSH, ray_env: ray_nodes.RayTestCluster,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
-    """A driver on the head's GCS address (the notebook on a cluster node whose peers' ports are
-    firewalled but SSH is not); the SSH connection dies mid-cell: the cell fails naming it, the next
-    cell runs on a fresh cluster, and stopping leaves nothing."""
-    with Cluster(ray=ray_env.address, ray_ssh=laptop.alias, cpu=True, workers=2) as cluster:
+                                                 caplog: pytest.LogCaptureFixture, through: str) -> None:
+    """The SSH connection dies mid-cell: the cell fails naming it, the next cell runs on a fresh
+    cluster, and stopping leaves nothing. Through Ray Client the Ray connection dies with it (and no
+    call to Ray may start a local Ray: ``laptop`` checks); a driver on the head's GCS address (the
+    notebook on a node whose peers' ports are closed to it but SSH is not) keeps its own."""
+    address = ray_env.client_address if through == "ray_client" else ray_env.address
+    with Cluster(ray=address, ray_ssh=laptop.alias, cpu=True, workers=2) as cluster:
         cluster.start()
         assert len(laptop.sessions()) >= 1
         pids = [s.pid for s in cluster.status()]

@@ -31,12 +31,14 @@ class RelayAgent(AgentRun):
     """One agent started by a relay actor; ``ended`` is the relay's ``wait`` for it, as a future."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, node: str,
-                 ended: asyncio.Future[Any], kill: Callable[[], None]) -> None:
+                 ended: asyncio.Future[Any], kill: Callable[[], None],
+                 connected: Callable[[], bool] = lambda: True) -> None:
         self.process = writer
         self._reader = reader
         self._writer = writer
         self._ended = ended
         self._kill = kill
+        self._connected = connected
         self._result: tuple[int | None, str] | None = None
         self._ended.add_done_callback(self._on_end)
         super().__init__(node)
@@ -62,7 +64,7 @@ class RelayAgent(AgentRun):
                                   f"({exc or 'timed out'}); {hint}") from None
         writer.write(f"{token} {channel}\n".encode())
         ended = wrap(relay.wait.remote(channel))
-        agent = cls(reader, writer, node, ended, lambda: relay.kill.remote(channel) if connected() else None)
+        agent = cls(reader, writer, node, ended, lambda: relay.kill.remote(channel), connected)
         agent._send_source(ping=True)
         return agent
 
@@ -110,11 +112,13 @@ class RelayAgent(AgentRun):
         self._stop_pinging()
         if not self._writer.is_closing():
             self._writer.close()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._ended), 5)
-        except asyncio.TimeoutError:
-            with contextlib.suppress(Exception):
-                self._kill()
-        except Exception:  # the actor is gone: so is the agent
-            pass
+        if self._connected():  # else no word from Ray will come; the agent ends with its closed stdin
+            try:
+                await asyncio.wait_for(asyncio.shield(self._ended), 5)
+            except asyncio.TimeoutError:
+                if self._connected():
+                    with contextlib.suppress(Exception):
+                        self._kill()
+            except Exception:  # the actor is gone: so is the agent
+                pass
         self._stderr_task.cancel()

@@ -193,7 +193,8 @@ class RayLauncher:
                                     "and is this its Ray Client address (ray://HOST:10001, HOST as the SSH "
                                     "host reaches it, e.g. localhost on the head)?")
         ip, port = await self.jump.route(*endpoint)
-        self.session.reach_at(f"ray://{ip}:{port}")
+        jump = self.jump
+        self.session.reach_at(f"ray://{ip}:{port}", lambda: bool(jump.lost()))
 
     def _relay_actors(self, placement: Placement, indices: Sequence[int]) -> list[Any]:
         ray = self.session.ray
@@ -339,7 +340,7 @@ class RayLauncher:
         await self._release_ports()
         relays, self._relays = self._relays, []
         ray = self.session.ray
-        if relays and ray.is_initialized():
+        if relays and self.session.connected():
             stops = [self.session.get(r.actor.stop.remote(), 10) for r in relays]
             await asyncio.gather(*stops, return_exceptions=True)
             for relay in relays:

@@ -162,8 +162,11 @@ def init_error(address: str, exc: BaseException, resolved: str | None = None) ->
 #: Ray Client's words when the head's per-client server died as it started. Measured on a fresh head
 #: (tests/ray/test_ray_versions.py, its first client 3 times in 4): Ray's proxier starts that server
 #: while its own gRPC threads run ("skipping fork() handlers"), the child aborts in gRPC's poller,
-#: and the next one starts: one more connection is worth it.
-CLIENT_SERVER_DIED = ("Starting Ray client server failed", "SpecificServer startup failed")
+#: and the next one starts: one more connection is worth it. The proxier can also find that server
+#: already dead when it looks at its process (psutil's "ZombieProcess": a fresh test head's first
+#: client, tests/ray/test_ray_ssh.py).
+CLIENT_SERVER_DIED = ("Starting Ray client server failed", "SpecificServer startup failed",
+                      "psutil.ZombieProcess")
 
 
 def client_server_died(text: str) -> bool:
@@ -186,11 +189,14 @@ class RaySession:
         self._ours = False
         #: Where ``ray.init`` connects instead of the address, when set (:meth:`reach_at`).
         self.via: str | None = None
+        self._link_lost: Callable[[], bool] = lambda: False
 
-    def reach_at(self, address: str) -> None:
+    def reach_at(self, address: str, lost: Callable[[], bool]) -> None:
         """Connect at ``address`` instead: a local SSH forward to a ``ray://`` address (``--ray-ssh``,
-        ``launchers/ray/ssh_jump.py``). Errors still name the address the user gave."""
+        ``launchers/ray/ssh_jump.py``); ``lost``: that forward's connection is gone. Errors still
+        name the address the user gave."""
         self.via = address
+        self._link_lost = lost
 
     async def connect(self, timeout: float) -> None:
         if self.ray.is_initialized():
@@ -246,7 +252,9 @@ class RaySession:
     def connected(self) -> bool:
         """Ray is connected. Every call to Ray after a lost connection is checked with this first:
         Ray's auto-init would otherwise start a new, local Ray on the notebook's machine."""
-        return bool(self.ray.is_initialized())
+        # Through a lost SSH forward, a Ray Client still says it is connected while it tries to
+        # reconnect (30 s), and each call made meanwhile blocks its thread, the engine's loop too.
+        return bool(self.ray.is_initialized()) and not self._link_lost()
 
     def wrap(self, ref: Any) -> asyncio.Future[Any]:
         """A Ray ObjectRef as a future of the running loop."""
@@ -256,7 +264,10 @@ class RaySession:
         return await asyncio.wait_for(self.wrap(ref), timeout)
 
     async def close(self) -> None:
-        if self._ours and self.ray.is_initialized():
+        # Also when Ray says it is not initialized: a Ray Client that lost its connection (through a
+        # lost --ray-ssh forward) keeps its context, and the next ray.init would fail with "The
+        # client has already connected to the cluster with allow_multiple=True".
+        if self._ours:
             try:
                 await asyncio.wait_for(asyncio.to_thread(self.ray.shutdown), STOP_CALL_SECONDS)
             except asyncio.TimeoutError:
