@@ -1,6 +1,8 @@
 // One panel = one metric = one uPlot chart: a faint raw line and a main (smoothed) line per series
 // (series 0..N-1 are the workers, N the global value), epoch marks, gaps marked where values were
 // NaN/inf. Zoom, hidden workers, log scale and smoothing come from the shared view state.
+// After them, one faint line per earlier run of the cell that had this metric (earlier.js), drawn
+// under the live ones and labelled with its run number where it ends.
 
 import uPlot from "uplot";
 import { align, smooth } from "./smooth.js";
@@ -43,9 +45,16 @@ export class Panel {
 
   seriesCount() { return this.view.names.length; }
 
+  // the earlier runs that have this panel's metric: [{run, label, colour, line: {xs, ys}}]
+  earlierLines() {
+    const key = `${this.info.metric}|${this.info.axis}`;
+    return this.view.earlier.filter((r) => r.lines.has(key)).map((r) => ({...r, line: r.lines.get(key)}));
+  }
+
   build() {
     if (this.plot) this.plot.destroy();
     const n = this.seriesCount();
+    this.earlierList = this.earlierLines();
     const series = [{label: this.info.axis}];
     for (let s = 0; s < n; s++) {
       const colour = this.view.colour(s), dash = s === n - 1 ? [5, 3] : undefined;
@@ -55,6 +64,10 @@ export class Panel {
       // epoch panels have a point per epoch: draw the points (a single one is no line)
       series.push({label: this.view.names[s], stroke: colour, width: s === n - 1 ? 2 : 1.5, dash,
                    show: shown, points: {show: this.info.axis === "epoch", size: 6, fill: colour}});
+    }
+    for (const e of this.earlierList) {
+      series.push({label: e.label, stroke: e.colour, width: 1.25, show: this.view.earlierShown(e.run),
+                   points: {show: this.info.axis === "epoch", size: 4, fill: e.colour}});
     }
     const self = this;
     const opts = {
@@ -90,12 +103,17 @@ export class Panel {
       if (this.view.log) ys = ys.map((y) => (y !== null && y <= 0 ? undefined : y));
       parts.push({xs: src.xs, columns: [ys, smooth(ys, this.view.smoothing)]});
     }
+    for (const e of this.earlierList || []) {
+      let ys = e.line.ys;
+      if (this.view.log) ys = ys.map((y) => (y !== null && y <= 0 ? undefined : y));
+      parts.push({xs: e.line.xs, columns: [smooth(ys, this.view.smoothing)]});
+    }
     this.data = align(parts);
     return this.data;
   }
 
   refresh() {
-    if (this.seriesCount() * 2 + 1 !== this.plot.series.length) { this.build(); return; }
+    if (this.seriesCount() * 2 + 1 + this.earlierList.length !== this.plot.series.length) { this.build(); return; }
     this.plot.setData(this.table(), !this.view.zoomed(this.info.axis));
     this.applyZoom();
   }
@@ -112,6 +130,7 @@ export class Panel {
       this.plot.setSeries(1 + 2 * s, {show: shown && this.view.smoothing > 0});
       this.plot.setSeries(2 + 2 * s, {show: shown});
     }
+    this.earlierList.forEach((e, k) => this.plot.setSeries(1 + 2 * n + k, {show: this.view.earlierShown(e.run)}));
   }
 
   resize() { this.plot.setSize({width: this.view.panelWidth(), height: HEIGHT}); }
@@ -130,6 +149,14 @@ export class Panel {
       while (i >= 0 && col[i] === undefined) i--;
       rows.push({series: s, name: this.view.names[s], value: i >= 0 ? col[i] : undefined});
     }
+    const n = this.seriesCount();
+    this.earlierList.forEach((e, k) => {
+      if (!this.view.earlierShown(e.run)) return;
+      const col = this.data[1 + 2 * n + k];
+      let i = idx;
+      while (i >= 0 && col[i] === undefined) i--;
+      rows.push({series: `run ${e.run}`, name: e.label, value: i >= 0 ? col[i] : undefined});
+    });
     this.view.showHover({metric: this.info.metric, axis: this.info.axis, x, rows: rows.map(
       (r) => ({...r, text: fmt(r.value)}))});
   }
@@ -159,6 +186,7 @@ export class Panel {
       });
     }
     ctx.setLineDash([]);
+    this.earlierLabels(u, ctx);
     ctx.fillStyle = "#d62728";
     const size = 5 * devicePixelRatio;
     for (const [x, s] of this.info.nans) {
@@ -168,6 +196,25 @@ export class Panel {
       ctx.closePath(); ctx.fill();
     }
     ctx.restore();
+  }
+
+  // Each shown earlier run's label at the last point of its line inside the view.
+  earlierLabels(u, ctx) {
+    const n = this.seriesCount(), {min, max} = u.scales.x, xs = u.data[0];
+    this.labelsDrawn = [];
+    ctx.textAlign = "right";
+    this.earlierList.forEach((e, k) => {
+      if (!u.series[1 + 2 * n + k].show) return;
+      const col = u.data[1 + 2 * n + k];
+      let i = col.length - 1;
+      while (i >= 0 && (col[i] === undefined || col[i] === null || xs[i] > max)) i--;
+      if (i < 0 || xs[i] < min) return;
+      const px = u.valToPos(xs[i], "x", true), py = u.valToPos(col[i], "y", true);
+      ctx.fillStyle = e.colour.slice(0, 7);
+      ctx.fillText(e.label, px - 3, py - 4 * devicePixelRatio);
+      this.labelsDrawn.push({label: e.label, x: xs[i], y: col[i]});
+    });
+    ctx.textAlign = "left";
   }
 
   state() {
@@ -186,6 +233,10 @@ export class Panel {
     return {metric: this.info.metric, axis: this.info.axis, note: this.info.note, xMin: x.min, xMax: x.max,
             yMin: y.min, yMax: y.max, log: this.view.log, zoomed: !!this.view.zoomed(this.info.axis),
             distr: y.distr, points, lastDrawn: last, lastRaw, nans: this.info.nans.length,
-            shown: this.plot.series.slice(1).map((s) => s.show)};
+            shown: this.plot.series.slice(1).map((s) => s.show),
+            earlier: this.earlierList.map((e, k) => ({run: e.run, label: e.label, points: e.line.xs.length,
+                                                      shown: this.plot.series[1 + 2 * this.seriesCount() + k].show,
+                                                      drawn: lastOf(1 + 2 * this.seriesCount() + k)})),
+            labels: (this.labelsDrawn || []).map((l) => l.label)};
   }
 }

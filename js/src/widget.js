@@ -4,6 +4,7 @@
 // `el.querySelector(".mw-live-widget").mwView()` and its data-mw-* attributes.
 
 import uplotCss from "uplot/dist/uPlot.min.css";
+import { parseEarlier } from "./earlier.js";
 import { Panel } from "./panel.js";
 import { Store } from "./store.js";
 
@@ -19,6 +20,11 @@ const CSS = `
 .mw-live-widget .mw-panels{display:flex;flex-wrap:wrap;gap:8px}
 .mw-live-widget .mw-panel-title{font-size:12px;margin-left:8px;color:#333}
 .mw-live-widget .mw-notes{color:#a33;margin-top:2px}
+.mw-live-widget .mw-legend-row{display:flex;gap:18px;flex-wrap:wrap;align-items:center}
+.mw-live-widget .mw-earlier{display:flex;gap:6px;align-items:center;color:#555}
+.mw-live-widget .mw-earlier-chip{padding:1px 4px}
+.mw-live-widget .mw-earlier-chip.mw-off{opacity:.35;text-decoration:line-through}
+.mw-live-widget .mw-earlier-chip i{display:inline-block;width:14px;height:2px;margin:0 4px 3px 0;vertical-align:middle}
 `;
 
 let views = 0;
@@ -34,6 +40,10 @@ class View {
     this.zooms = new Map();
     this.panels = new Map();
     this.hoverState = null;
+    // earlier runs of the cell (earlier.js): shown unless the toggle is off; the picker shows all or one
+    this.earlier = parseEarlier(model.get("earlier"), model.get("earlier_data"));
+    this.earlierOn = true;
+    this.picked = "all";
     this.root = document.createElement("div");
     this.root.className = "mw-live-widget";
     this.root.mwView = () => this.state();
@@ -54,7 +64,9 @@ class View {
     this.smoothLabel = this.element("span", "mw-smooth-value", this.bar);
     this.smoothLabel.textContent = "0.00";
     this.follow = this.element("span", "mw-follow", this.bar);
-    this.legend = this.element("div", "mw-legend");
+    const legendRow = this.element("div", "mw-legend-row");
+    this.legend = this.element("div", "mw-legend", legendRow);
+    if (this.earlier.length) this.earlierControls(legendRow);
     this.readout = this.element("div", "mw-readout");
     this.panelBox = this.element("div", "mw-panels");
     this.notes = this.element("div", "mw-notes");
@@ -82,6 +94,54 @@ class View {
     wrap.appendChild(input);
     wrap.appendChild(document.createTextNode(" " + label));
     return input;
+  }
+
+  // The legend's part for earlier runs: a toggle (all of them on or off), a picker (all, or one run)
+  // and a swatch per run.
+  earlierControls(parent) {
+    const box = this.element("div", "mw-earlier", parent);
+    const wrap = this.element("label", "mw-control", box);
+    this.earlierBox = document.createElement("input");
+    this.earlierBox.type = "checkbox";
+    this.earlierBox.className = "mw-earlier-toggle";
+    this.earlierBox.checked = true;
+    this.earlierBox.addEventListener("input", () => { this.earlierOn = this.earlierBox.checked; this.earlierChanged(); });
+    wrap.appendChild(this.earlierBox);
+    wrap.appendChild(document.createTextNode(" earlier runs"));
+    this.picker = this.element("select", "mw-earlier-pick", box);
+    const all = document.createElement("option");
+    all.value = "all";
+    all.textContent = this.earlier.length > 1 ? `all ${this.earlier.length}` : "all";
+    this.picker.appendChild(all);
+    for (const r of this.earlier) {
+      const o = document.createElement("option");
+      o.value = String(r.run);
+      o.textContent = r.label;
+      this.picker.appendChild(o);
+    }
+    this.picker.addEventListener("change", () => {
+      this.picked = this.picker.value === "all" ? "all" : Number(this.picker.value);
+      this.earlierChanged();
+    });
+    this.earlierChips = this.earlier.map((r) => {
+      const chip = this.element("span", "mw-earlier-chip", box);
+      chip.dataset.run = String(r.run);
+      const swatch = document.createElement("i");
+      swatch.style.background = r.colour;
+      chip.appendChild(swatch);
+      chip.appendChild(document.createTextNode(r.label));
+      chip.title = "an earlier run of this cell, drawn faintly";
+      return chip;
+    });
+  }
+
+  earlierShown(run) { return this.earlierOn && (this.picked === "all" || this.picked === run); }
+
+  earlierChanged() {
+    this.picker.disabled = !this.earlierOn;
+    this.earlier.forEach((r, i) => this.earlierChips[i].classList.toggle("mw-off", !this.earlierShown(r.run)));
+    for (const p of this.panels.values()) { p.applyVisibility(); p.plot.redraw(false, false); }
+    this.publish();
   }
 
   get names() { return this.store.names.length ? this.store.names : this.model.get("names"); }
@@ -164,13 +224,16 @@ class View {
     d.mwZoomed = this.zooms.size ? "1" : "0";
     d.mwSeq = String(this.store.lastSeq);
     d.mwMissed = String(this.store.missed);
+    d.mwEarlier = this.earlier.filter((r) => this.earlierShown(r.run)).map((r) => r.run).join(",");
   }
 
   state() {
     return {panels: [...this.panels.values()].map((p) => p.state()), hidden: [...this.hidden].sort(),
             log: this.log, smoothing: this.smoothing, hover: this.hoverState, names: this.names,
             seq: this.store.lastSeq, missed: this.store.missed, messages: this.store.messages,
-            bytes: this.store.bytes, times: this.store.times.slice(), note: this.store.nanNote, epochs: [...this.store.epochs.entries()], restarts: this.store.restarts.slice()};
+            bytes: this.store.bytes, times: this.store.times.slice(), note: this.store.nanNote, epochs: [...this.store.epochs.entries()], restarts: this.store.restarts.slice(),
+            earlier: {runs: this.earlier.map((r) => r.run), on: this.earlierOn, picked: this.picked,
+                      shown: this.earlier.filter((r) => this.earlierShown(r.run)).map((r) => r.run)}};
   }
 
   destroy() {

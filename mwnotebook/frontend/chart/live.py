@@ -18,9 +18,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from mwnotebook.frontend.chart.earlier import EarlierRun, overlay_state, snapshot, with_earlier
 from mwnotebook.frontend.chart.feed import LiveFeed
 from mwnotebook.frontend.chart.lines import ChartLines
 from mwnotebook.frontend.chart.panels import ChartPanel, chart_panels
@@ -66,7 +67,11 @@ class Dashboard:
     def __init__(self, num_workers: int, *, metric: str = "loss", max_points: int = 2000,
                  max_updates_per_s: float = 5.0, title: str | None = None,
                  clock: Callable[[], float] = time.monotonic, use_widget: bool | None = None,
-                 lines: ChartLines | None = None) -> None:
+                 lines: ChartLines | None = None, earlier_runs: Sequence[EarlierRun] = (),
+                 earlier_in_picture: bool = False) -> None:
+        """``earlier_runs``: earlier runs of the cell, latest first, drawn faintly under the live
+        curves (frontend/chart/earlier.py); ``earlier_in_picture``: also in the picture kept when
+        the run ends (by default that picture shows this run only)."""
         if num_workers < 1:
             raise ValueError("num_workers must be at least 1")
         self.num_workers = num_workers
@@ -74,6 +79,8 @@ class Dashboard:
         self.lines = lines if lines is not None else ChartLines(num_workers)
         self.metric = metric
         self.max_points = max_points
+        self.earlier_runs = list(earlier_runs)
+        self.earlier_in_picture = earlier_in_picture
         self._lock = threading.RLock()
         self._store = MetricsStore()
         self._board = StatusBoard(num_workers, metric, self.lines.kernel_names)
@@ -133,10 +140,12 @@ class Dashboard:
             names.append(self.lines.series_name(w, "{metric}", error))
         return names
 
-    def _panels(self, max_points: int | None = None) -> list[ChartPanel]:
+    def _panels(self, max_points: int | None = None, earlier: bool = False) -> list[ChartPanel]:
+        """The run's panels; ``earlier``: with a faint line per earlier run of the cell."""
         notes = {key: panel.note for key, panel in self._feed.panels.items()}
-        return chart_panels(self._store, self.lines.count, self.metric,
-                            max_points=max_points or self.max_points, names=self._names(), notes=notes)
+        panels = chart_panels(self._store, self.lines.count, self.metric,
+                              max_points=max_points or self.max_points, names=self._names(), notes=notes)
+        return with_earlier(panels, self.earlier_runs, max_points) if earlier else panels
 
     def _static_points(self) -> int:
         """Points per line of the end state, so that it stays under ~150 kB however many workers and
@@ -151,13 +160,13 @@ class Dashboard:
         """One frontend update: the chart (its static copy once finished) and the status table."""
         try:
             if self._finished:
-                self._shown = self._panels(self._static_points())
+                self._shown = self._panels(self._static_points(), earlier=self.earlier_in_picture)
                 chart: dict[str, Any] | None = self.static_bundle(self._shown)
             elif self._widget is not None:
                 chart = None
                 self._send_points()
             else:
-                self._shown = self._panels(min(LIVE_POINTS, self.max_points))
+                self._shown = self._panels(min(LIVE_POINTS, self.max_points), earlier=True)
                 chart = self.live_chart_bundle(self._shown)
             if self._chart_handle is not None and chart is not None:
                 self._chart_handle.update(chart, raw=True)
@@ -189,7 +198,7 @@ class Dashboard:
     def live_chart_bundle(self, panels: list[ChartPanel] | None = None) -> dict[str, Any]:
         """The picture while the run goes on where no widget can be drawn: an SVG picture in HTML."""
         if panels is None:
-            panels = self._panels(min(LIVE_POINTS, self.max_points))
+            panels = self._panels(min(LIVE_POINTS, self.max_points), earlier=True)
         svg = svg_panels(panels, self._title, epochs=self._epochs())
         return {"text/html": f"<div class='mw-live-chart'>{svg}</div>",
                 "text/plain": f"{self._title} (live)"}
@@ -241,7 +250,8 @@ class Dashboard:
                 if reason is None:
                     colours = [trace_colour(w) for w in range(self.lines.count)] + [GLOBAL_COLOUR]
                     names = [self.lines.short_name(w) for w in range(self.lines.count)] + ["global"]
-                    self._widget = new_widget(f"live curves, {self.num_workers} workers", names, colours)
+                    self._widget = new_widget(f"live curves, {self.num_workers} workers", names, colours,
+                                              overlay_state(self.earlier_runs))
                     self._widget_made = self._clock()
                     self._chart_handle = display(widget_bundle(self._widget, f"{self._title} (live)"),
                                                  raw=True, display_id=True)
@@ -262,7 +272,7 @@ class Dashboard:
         """MIME bundle of the final chart (see :mod:`mwnotebook.frontend.chart.static_copy`)."""
         with self._lock:
             if panels is None:
-                panels = self._panels(self._static_points())
+                panels = self._panels(self._static_points(), earlier=self.earlier_in_picture)
             box = f"mw-chart-{id(self):x}-{len(self.update_times)}"
             epochs = self._epochs()
             return static_bundle(panels_figure_dict(panels, self._title, epochs),
@@ -274,6 +284,12 @@ class Dashboard:
             return svg_panels(self._panels(), self._title, width, height, self._epochs())
 
     # -- data ----------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any] | None:
+        """This run as a later run of the cell draws it (plain JSON, a few kB per metric; ``None``:
+        nothing was drawn): what the run history keeps (frontend/chart/earlier.py)."""
+        with self._lock:
+            return snapshot(self._panels())  # (then reduced to SNAPSHOT_POINTS by averaging)
+
     @property
     def records(self) -> list[dict[str, Any]]:
         """Every record received, in arrival order, each with its ``worker``."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mwnotebook.frontend.chart.panels import ChartPanel
-from mwnotebook.frontend.chart.series import ChartSeries, chart_series
+from mwnotebook.frontend.chart.series import FAINT_OPACITY, ChartSeries, chart_series
 from mwnotebook.shared.metrics import MetricsStore
 
 #: A stacked figure's panels (``panels_figure_dict``): each plot's height, and the room between two,
@@ -25,12 +25,15 @@ def figure_dict(series: Sequence[ChartSeries], title: str, metric: str) -> dict[
     """A plotly figure (``{"data": [...], "layout": {...}}``) of the series, plain JSON types."""
     data = []
     for s in series:
-        line: dict[str, Any] = {"color": s.colour, "width": 2.5 if s.is_global else 1.5}
+        line: dict[str, Any] = {"color": s.colour, "width": 2.5 if s.is_global else 1 if s.faint else 1.5}
         if s.dash:
             line["dash"] = "dot"
-        data.append({"type": "scatter", "mode": "lines", "name": s.name, "x": list(s.x),
-                     "y": [float(f"{v:.6g}") if math.isfinite(v) else None for v in s.y],
-                     "line": line, "visible": s.visible})
+        trace = {"type": "scatter", "mode": "lines", "name": s.name, "x": list(s.x),
+                 "y": [float(f"{v:.6g}") if math.isfinite(v) else None for v in s.y],
+                 "line": line, "visible": s.visible}
+        if s.faint:
+            trace["opacity"] = FAINT_OPACITY
+        data.append(trace)
     layout = {
         "title": {"text": title},
         "xaxis": {"title": {"text": "step"}},

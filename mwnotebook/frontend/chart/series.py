@@ -10,6 +10,8 @@ from mwnotebook.shared.metrics import MetricsStore, downsample
 
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 GLOBAL_COLOUR = "#000000"
+#: How pale an earlier run's line is (frontend/chart/earlier.py), in the figure and the picture.
+FAINT_OPACITY = 0.5
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class ChartSeries:
     y: tuple[float, ...]
     visible: bool = True
     is_global: bool = False
+    #: An earlier run of the cell (frontend/chart/earlier.py): drawn thin and pale, under the others.
+    faint: bool = False
 
 
 def trace_colour(worker: int) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mwnotebook.frontend.chart.panels import ChartPanel
-from mwnotebook.frontend.chart.series import ChartSeries
+from mwnotebook.frontend.chart.series import FAINT_OPACITY, ChartSeries
 
 _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 60, 15, 30, 60
 
@@ -42,7 +42,7 @@ def svg_chart(series: Sequence[ChartSeries], title: str, metric: str, width: int
               height: int = 320, xlabel: str = "step", marks: Sequence[tuple[float, str]] = ()) -> str:
     """Line chart: one polyline per visible series (class ``mw-series``, ``data-name``), axes, legend,
     dashed vertical ``marks`` (x, label: the epochs). Non-finite values are left out, not drawn at 0."""
-    shown = [s for s in series if s.visible]
+    shown = sorted((s for s in series if s.visible), key=lambda s: not s.faint)  # earlier runs underneath
     left, right, top, bottom = _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM
     arrays = []
     for s in shown:
@@ -91,9 +91,16 @@ def svg_chart(series: Sequence[ChartSeries], title: str, metric: str, width: int
     for s, (xs, ys) in zip(shown, arrays):
         points = polyline_points(xs, ys)
         dash_attr = f' stroke-dasharray="{s.dash}"' if s.dash else ""
+        if s.faint:
+            dash_attr += f' stroke-opacity="{FAINT_OPACITY}"'
         if points:
-            parts.append(f'<polyline class="mw-series" data-name="{esc(s.name)}" points="{points}" fill="none" '
-                         f'stroke="{s.colour}" stroke-width="1.5"{dash_attr}/>')
+            kind = "mw-series mw-earlier" if s.faint else "mw-series"
+            parts.append(f'<polyline class="{kind}" data-name="{esc(s.name)}" points="{points}" fill="none" '
+                         f'stroke="{s.colour}" stroke-width="{1 if s.faint else 1.5}"{dash_attr}/>')
+            if s.faint:  # the run's label where its line ends
+                parts.append(f'<text class="mw-earlier-label" x="{px(float(xs[-1])) - 2:.1f}" '
+                             f'y="{py(float(ys[-1])) - 4:.1f}" text-anchor="end" fill="{s.colour}">'
+                             f'{esc(s.name.split(" (")[0])}</text>')
         y_legend = height - 12
         parts.append(f'<line x1="{legend_x}" y1="{y_legend - 4}" x2="{legend_x + 18}" y2="{y_legend - 4}" '
                      f'stroke="{s.colour}" stroke-width="2"{dash_attr}/>')

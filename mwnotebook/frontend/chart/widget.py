@@ -10,7 +10,9 @@ milliseconds, and does drag-zoom and cursor read-outs itself; what it lacks (smo
 a shared legend, the view state for tests) is ``js/src``.
 
 Data travels as custom messages (``widget.send(content, [float32 buffer])``, see
-:mod:`mwnotebook.frontend.chart.feed`); the synced state is only the title, names and colours.
+:mod:`mwnotebook.frontend.chart.feed`); the synced state is the title, names and colours, and the
+earlier runs of the cell drawn faintly under the live curves (sent once, with the widget:
+:mod:`mwnotebook.frontend.chart.earlier`).
 The bundle is built by ``hatch_build.py`` (``npm ci && npm run build`` in ``js/``) into
 ``static/live_chart.js`` next to this file; without it (a checkout that was never built, or
 ``MWNOTEBOOK_SKIP_JS=1``) the chart falls back to the picture (:func:`widget_unavailable` says why).
@@ -66,14 +68,20 @@ def _widget_class() -> Any:
             title = traitlets.Unicode("").tag(sync=True)
             names = traitlets.List(traitlets.Unicode()).tag(sync=True)
             colours = traitlets.List(traitlets.Unicode()).tag(sync=True)
+            # earlier runs of the cell, sent once with the widget (frontend/chart/earlier.py overlay_state)
+            earlier = traitlets.List(traitlets.Any()).tag(sync=True)
+            earlier_data = traitlets.Bytes(b"").tag(sync=True)
 
         _WIDGET_CLASS = LiveChartWidget
     return _WIDGET_CLASS
 
 
-def new_widget(title: str, names: list[str], colours: list[str]) -> Any:
-    """A new live chart widget (sends its ``comm_open`` to the front end now)."""
-    return _widget_class()(chart_id=uuid.uuid4().hex, title=title, names=names, colours=colours)
+def new_widget(title: str, names: list[str], colours: list[str],
+               earlier: tuple[list[Any], bytes] = ([], b"")) -> Any:
+    """A new live chart widget (sends its ``comm_open`` to the front end now); ``earlier``: the
+    earlier runs' header and float32 buffer (frontend/chart/earlier.py ``overlay_state``)."""
+    return _widget_class()(chart_id=uuid.uuid4().hex, title=title, names=names, colours=colours,
+                           earlier=earlier[0], earlier_data=earlier[1])
 
 
 def widget_bundle(widget: Any, text: str) -> dict[str, Any]:
