@@ -167,6 +167,17 @@ def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
                              "variables become invalid, and touching its old objects can crash the kernel")
 
 
+def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where a run is logged besides the kernel's run history (mwnotebook/experiments/)."""
+    parser.add_argument("--tensorboard", default=None, metavar="DIR",
+                        help="also write the run's metrics as TensorBoard event files into DIR (one folder "
+                             "per run, per worker and for the global values): tensorboard --logdir DIR")
+    parser.add_argument("--mlflow", nargs="?", const="", default=None, metavar="EXPERIMENT",
+                        help="also log the run as one MLflow run (all workers) to $MLFLOW_TRACKING_URI, in "
+                             "EXPERIMENT (default: MLflow's active or default experiment); needs mlflow "
+                             "(pip install 'mwnotebook[mlflow]')")
+
+
 def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ClusterSpec:
     """Build the spec; raises :class:`ConfigError` naming the option that is wrong. ``environ``
     (default ``os.environ``) gives defaults of per-run options (``$MWNOTEBOOK_MAX_RESTARTS``)."""

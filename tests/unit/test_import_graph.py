@@ -28,7 +28,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (2, ("mwnotebook.worker", "mwnotebook.recipes", "mwnotebook.profiling", "mwnotebook.processes",
          "mwnotebook.export")),
     (3, ("mwnotebook.launchers", "mwnotebook.registry")),
-    (4, ("mwnotebook.engine",)),
+    (4, ("mwnotebook.engine", "mwnotebook.experiments")),
     (5, ("mwnotebook.frontend", "mwnotebook.server")),
     # the public re-export of the chart (frontend/chart/): above frontend/, which imports the real modules
     (6, ("mwnotebook.dashboard",)),

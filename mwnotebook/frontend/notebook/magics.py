@@ -10,6 +10,7 @@ import copy
 import logging
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -21,6 +22,7 @@ from IPython.display import publish_display_data
 from mwnotebook.config.options import (
     add_cluster_arguments,
     add_coordinator_arguments,
+    add_experiment_arguments,
     add_restart_argument,
     seconds,
     spec_from_options,
@@ -29,7 +31,10 @@ from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.roles import notebook_coordinator
-from mwnotebook.errors import ConfigError, MWNotebookError
+from mwnotebook.errors import ClusterRunError, ConfigError, MWNotebookError
+from mwnotebook.experiments.collect import RunCollector
+from mwnotebook.experiments.history import Outcome, RunHistory
+from mwnotebook.experiments.store import RunStore, kernel_id
 from mwnotebook.export.job import add_format_argument, export_job
 from mwnotebook.frontend.notebook import late_view
 from mwnotebook.frontend.notebook.keras_choice import KerasChoice
@@ -68,6 +73,7 @@ def mwtrain_parser() -> argparse.ArgumentParser:
     parser.add_argument("--export", default=None, metavar="DIR",
                         help="also write the cell as a script plus one launcher per worker into DIR")
     add_format_argument(parser, "with --export: ")
+    add_experiment_arguments(parser)
     return parser
 
 
@@ -108,9 +114,11 @@ def mwcluster_parser() -> argparse.ArgumentParser:
 
 
 class NotebookSession:
-    """The cluster that this notebook's magics share, and what its last cell produced."""
+    """The cluster that this notebook's magics share, what its last cell produced, and the run
+    history of every ``%%mwtrain`` cell (``runs``: in memory only unless one with a store is given)."""
 
-    def __init__(self) -> None:
+    def __init__(self, runs: RunHistory | None = None) -> None:
+        self.runs = runs if runs is not None else RunHistory()
         self.cluster: Cluster | None = None
         self.last_result: RunResult | None = None
         self._security_notice_shown = False
@@ -211,21 +219,33 @@ class MWMagics(Magics):
         names = spec.layout.kernel_names()  # [evaluator], [coordinator]: for the text and the chart
         output = _output_sink(self.shell, kernels, names, ns.show_tf_startup, clears="clear_output" in cell)
         chart = None if ns.no_dashboard else _chart_sink(spec, names)
-        on_event = _fan_out(*([chart] if chart is not None else []), output)
+        measured = RunCollector()  # the run history's copy of every metric record, whatever the end
+        on_event = _fan_out(*([chart] if chart is not None else []), output, measured)
         late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
+        started, error = time.time(), ""
+        outcome: Outcome = "failed"
         try:
             if not cluster.started:
                 cluster.start()
             self.session.announce(cluster)
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout, max_restarts=spec.max_restarts)
+            outcome = "ok"
         except MWNotebookError as exc:
+            error = _one_line(exc)
             _finish(output, chart)
             if isinstance(exc, ConfigError):
                 raise UsageError(str(exc)) from None
             raise
-        except BaseException:  # e.g. a second Ctrl-C: no display update may land in a later cell
+        except BaseException as exc:  # e.g. a second Ctrl-C: no display update may land in a later cell
+            outcome, error = ("interrupted", "interrupted") if isinstance(exc, KeyboardInterrupt) else (
+                "failed", _one_line(exc))
             _finish(output, chart)
             raise
+        finally:
+            self.session.runs.record(
+                line=line, cell=cell, started=started, workers=kernels, hosts=_hosts(cluster),
+                outcome=outcome, error=error, metrics=measured.records, restarts=measured.restarts,
+                chart=None)
         _finish(output, chart)
         self.session.last_result = result
         # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
@@ -309,6 +329,21 @@ def _chart_sink(spec: ClusterSpec, names: WorkerNames) -> ChartOnFirstMetric:
     return ChartOnFirstMetric(lines.kernels, lines=lines)
 
 
+def _one_line(exc: BaseException) -> str:
+    """What a failed run's history entry says about its failure."""
+    if isinstance(exc, ClusterRunError):
+        return exc.last_cause()
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _hosts(cluster: Cluster) -> list[str]:
+    try:
+        return [worker.handle.host for worker in cluster.workers]
+    except Exception:  # a cluster that never started has no workers to name
+        return []
+
+
 def _finish(output: EventSink, chart: ChartOnFirstMetric | None) -> None:
     """Last state of the output and the chart, however the run ended."""
     if isinstance(output, WorkerOutputAreas):
@@ -324,7 +359,7 @@ _magics: MWMagics | None = None
 
 def register(ipython: Any) -> None:
     global _magics
-    _magics = MWMagics(ipython)
+    _magics = MWMagics(ipython, NotebookSession(runs=_run_history(ipython)))
     MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
     MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
     ipython.register_magics(_magics)
@@ -335,6 +370,25 @@ def register(ipython: Any) -> None:
     from mwnotebook.launchers.local.prestart import prestart_in_background  # TF loads while the user types
 
     prestart_in_background()
+    from mwnotebook.registry.orphans import sweep_once  # dead kernels' clusters: once per kernel, on a thread
+
+    sweep_once()
+
+
+def _run_history(shell: Any) -> RunHistory:
+    """This kernel's run history: kept beside the kernel's runtime state under the kernel's id (which
+    a kernel restart keeps), so the restarted kernel lists its runs again; in memory only where there
+    is no Jupyter kernel (a terminal IPython) or its id is not known."""
+    if getattr(shell, "kernel", None) is None:
+        return RunHistory()
+    try:
+        from ipykernel.connect import get_connection_file
+
+        kernel = kernel_id(get_connection_file())
+    except Exception as exc:  # no kernel app (an embedded shell): nothing to key the file by
+        log.debug("run history in memory only: %s", exc)
+        kernel = None
+    return RunHistory(RunStore.for_kernel(kernel)) if kernel else RunHistory()
 
 
 def unregister(ipython: Any) -> None:

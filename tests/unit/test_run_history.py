@@ -1,0 +1,89 @@
+"""The run history's pure parts: the cell hash, final values, order, and the files it keeps
+(mwnotebook/experiments/history.py, store.py)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from mwnotebook.experiments.history import GLOBAL, RunHistory, cell_hash, final_values
+from mwnotebook.experiments.store import RunStore, kernel_id
+
+RECORDS = [
+    {"worker": 0, "step": 1, "time": 1.0, "kind": "batch", "loss": 0.9, "global_loss": 0.8},
+    {"worker": 1, "step": 1, "time": 1.0, "kind": "batch", "loss": 0.7, "global_loss": 0.8},
+    {"worker": 0, "step": 2, "time": 2.0, "kind": "epoch", "epoch": 0, "loss": 0.5, "global_loss": 0.45,
+     "accuracy": "NaN"},
+    {"worker": 1, "step": 2, "time": 2.0, "kind": "epoch", "epoch": 0, "loss": 0.4, "global_loss": 0.45},
+]
+
+
+def test_cell_hash_ignores_line_endings_and_trailing_space_but_not_code() -> None:
+    assert cell_hash("a = 1\nprint(a)\n") == cell_hash("a = 1  \r\nprint(a)")
+    assert cell_hash("a = 1\n") != cell_hash("a = 2\n")
+    assert len(cell_hash("x")) == 16
+
+
+def test_final_values_per_worker_and_global() -> None:
+    final = final_values(RECORDS)
+    assert final["0"]["loss"] == 0.5 and final["1"]["loss"] == 0.4
+    assert final[GLOBAL] == {"loss": 0.45}
+    assert final["0"]["accuracy"] != final["0"]["accuracy"]  # NaN kept as NaN
+
+
+def _record(history: RunHistory, cell: str, outcome: str = "ok") -> int:
+    return history.record(line="--workers 2", cell=cell, started=100.0, duration=1.5, workers=2,
+                          hosts=["localhost", "localhost"], outcome=outcome,  # type: ignore[arg-type]
+                          metrics=RECORDS).number
+
+
+def test_numbers_order_and_earlier_runs_of_a_cell() -> None:
+    history = RunHistory()
+    assert [_record(history, c) for c in ("a", "b", "a", "a")] == [1, 2, 3, 4]
+    assert [r.number for r in history.earlier_runs(cell_hash("a"), 2)] == [4, 3]
+    assert history.earlier_runs(cell_hash("zzz"), 5) == []
+    assert history.metrics(2)[0]["loss"] == 0.9
+    with pytest.raises(KeyError, match="no run 9"):
+        history.get(9)
+
+
+def test_the_store_keeps_runs_for_the_restarted_kernel(tmp_path: Path) -> None:
+    store = RunStore.for_kernel("abc-123", runtime_dir=tmp_path)
+    history = RunHistory(store)
+    _record(history, "a")
+    _record(history, "b", outcome="failed")
+    history.update(1, logged={"tensorboard": "tb/run-1"})
+    assert stat.S_IMODE(store.directory.stat().st_mode) == 0o700
+    for path in store.directory.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    again = RunHistory(RunStore.for_kernel("abc-123", runtime_dir=tmp_path))
+    assert [(r.number, r.outcome, dict(r.logged)) for r in again.records()] == [
+        (1, "ok", {"tensorboard": "tb/run-1"}), (2, "failed", {})]
+    assert again.records()[0].hosts == ("localhost", "localhost")
+    assert again.metrics(2) == RECORDS
+    assert again.next_number() == 3
+
+
+def test_a_damaged_line_is_skipped(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs")
+    history = RunHistory(store)
+    _record(history, "a")
+    with open(store.index, "a") as f:
+        f.write("{not json\n")
+    _record(history, "b")
+    assert [r.number for r in RunHistory(RunStore(tmp_path / "runs")).records()] == [1, 2]
+
+
+def test_an_unwritable_store_keeps_the_run_in_memory(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"  # a file where the directory should be: unwritable even for root
+    blocker.write_text("")
+    history = RunHistory(RunStore(blocker / "runs"))
+    assert _record(history, "a") == 1 and history.update(1, restarts=1).restarts == 1
+    assert [r.number for r in history.records()] == [1] and history.metrics(1) == RECORDS
+
+
+def test_kernel_id_from_the_connection_file() -> None:
+    assert kernel_id("/run/user/0/jupyter/kernel-3f2a-99.json") == "3f2a-99"
+    assert kernel_id("/tmp/other.json") is None
