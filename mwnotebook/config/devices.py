@@ -132,7 +132,7 @@ def visible_devices_per_worker(spec: ClusterSpec, *, environ: Mapping[str, str] 
         return [NO_GPU] * spec.workers
     if spec.gpus_per_worker is None:
         return [None] * spec.workers
-    if spec.uses_slurm:
+    if spec.backend == "slurm":
         return [None] * spec.workers  # Slurm binds each worker's GPUs itself (srun --gpus-per-task)
     if spec.placement:
         return list(partition_gpus_by_host([str(h.key) for h in spec.placement], spec.gpus_per_worker))

@@ -19,8 +19,7 @@ def check_roles(spec: Any) -> None:
         raise ConfigError(f"--ps must be a whole number, got {ps!r}")
     if ps < 0 or ps > MAX_PS:
         raise ConfigError(f"--ps must be between 1 and {MAX_PS} parameter servers, got {ps}")
-    remote = bool(spec.hosts) or spec.uses_slurm
-    _check_coordinator(spec, remote)
+    _check_coordinator(spec, spec.remote)
     if ps:
         if spec.chief:
             raise ConfigError(
@@ -57,7 +56,7 @@ def _check_coordinator(spec: Any, remote: bool) -> None:
                           "parameter-server cluster (ParameterServerStrategy). For MultiWorkerMirroredStrategy "
                           "use %%mwtrain without it")
     if remote:
-        raise ConfigError("--coordinator notebook starts local servers only: remove --hosts/--slurm")
+        raise ConfigError("--coordinator notebook starts local servers only: remove --hosts/--slurm/--ray")
     if spec.network == "private":
         raise ConfigError("--coordinator notebook cannot use --network private: the notebook's own kernel "
                           "cannot enter the cluster's private network namespace, so every server listens on "

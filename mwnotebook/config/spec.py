@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Literal
 
 from mwnotebook.config.hosts import HostSpec, resolve_host, worker_hosts
 from mwnotebook.config.role_checks import check_roles
@@ -29,6 +30,9 @@ MIXED_PRECISION = ("float16", "bfloat16")
 #: Where a --ps cluster's coordinator runs: a kernel of its own (the cell runs there), or the
 #: notebook's own kernel (opt-in, engine/roles/notebook_coordinator.py says what that costs).
 COORDINATORS = ("kernel", "notebook")
+
+#: Which engine runs a cluster's kernels (:attr:`ClusterSpec.backend`).
+Backend = Literal["local", "ssh", "slurm", "ray"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -189,6 +193,24 @@ class ClusterSpec:
         return RoleLayout(workers=self.workers, ps=self.ps, chief=self.chief, evaluator=self.evaluator)
 
     @cached_property
+    def backend(self) -> Backend:
+        """Which engine runs the kernels, decided here once: ``ray`` with ``--ray``, ``slurm`` with
+        ``--slurm`` (a bare ``--slurm`` too: it is the empty string) or ``--slurm-job``, ``ssh`` with
+        ``--hosts``, else ``local``. The launcher factory, the role checks, the security notice and
+        the clusters panel's registry read this; none decides it again (the options' checks make the
+        engines' options exclusive, so the order here only matters for a spec they refuse)."""
+        if self.ray is not None:
+            return "ray"
+        if self.slurm is not None or self.slurm_job is not None:
+            return "slurm"
+        return "ssh" if self.hosts else "local"
+
+    @property
+    def remote(self) -> bool:
+        """Whether the kernels run on other machines than this notebook's (every backend but ``local``)."""
+        return self.backend != "local"
+
+    @cached_property
     def task_placement(self) -> TaskPlacement | None:
         """With ``--hosts``: each task's host (config/task_placement.py), decided here once; the SSH
         launcher starts every task where this says. None otherwise (local clusters have one host; a
@@ -215,8 +237,8 @@ class ClusterSpec:
 
     @property
     def uses_slurm(self) -> bool:
-        """Whether the workers run as Slurm job steps (``--slurm`` or ``--slurm-job``)."""
-        return self.slurm is not None or self.slurm_job is not None
+        """Whether the workers run as Slurm job steps (``--slurm`` or ``--slurm-job``): ``backend == "slurm"``."""
+        return self.backend == "slurm"
 
     @property
     def use_legacy_keras(self) -> bool:

@@ -29,7 +29,9 @@ class WorkerInfo:
     ``evaluator``); ``address`` is its TensorFlow server address ("" for the evaluator, which is
     not in the training cluster, and before a start); ``restarts`` counts the times a lost worker
     server was started again on its address; ``note`` says why a task is in its state where the
-    state alone does not (a worker server not back after its node failed).
+    state alone does not (a worker server not back after its node failed). ``on_this_machine``
+    is what the task's kernel handle states (launchers/base.py ``KernelHandle.on_this_machine``):
+    whether ``pid`` is a process of this machine.
     """
 
     index: int
@@ -44,6 +46,7 @@ class WorkerInfo:
     runs_cell: bool = True
     restarts: int = 0
     note: str = ""
+    on_this_machine: bool = False
 
 
 def task_text(task: Task) -> str:
@@ -63,14 +66,16 @@ async def cluster_status(layout: RoleLayout, addresses: Sequence[str], states: S
         infos.append(WorkerInfo(
             index=0, host="this notebook", pid=os.getpid(), state="notebook", alive=True,
             tf_config=layout.tf_config(addresses, chief) if addresses else {}, role="coordinator (notebook)",
-            task=task_text(chief), address=layout.address_of(addresses, chief), runs_cell=False))
+            task=task_text(chief), address=layout.address_of(addresses, chief), runs_cell=False,
+            on_this_machine=True))
     for i, task in enumerate(() if coordinator_here else layout.cell_tasks()):
         worker = workers[i] if i < len(workers) else None
         alive = worker is not None and await worker.handle.is_alive()
         infos.append(WorkerInfo(
             index=i, host=worker.handle.host if worker else "", pid=worker.handle.pid if worker else None,
             state=states[i], alive=alive, tf_config=layout.tf_config(addresses, task) if addresses else {},
-            role=layout.role_label(task), task=task_text(task), address=layout.address_of(addresses, task)))
+            role=layout.role_label(task), task=task_text(task), address=layout.address_of(addresses, task),
+            on_this_machine=worker.handle.on_this_machine if worker else False))
     for task in layout.server_tasks():
         server = servers.server(task) if servers is not None else None
         alive = server is not None and await server.handle.is_alive()
@@ -81,5 +86,6 @@ async def cluster_status(layout: RoleLayout, addresses: Sequence[str], states: S
             tf_config=layout.tf_config(addresses, task) if addresses else {}, role=layout.role_label(task),
             task=task_text(task), address=layout.address_of(addresses, task), runs_cell=False,
             restarts=servers.restarts_of.get(task, 0) if servers is not None else 0,
-            note=servers.notes.get(task, "") if servers is not None else ""))
+            note=servers.notes.get(task, "") if servers is not None else "",
+            on_this_machine=server.handle.on_this_machine if server else False))
     return infos

@@ -30,17 +30,17 @@ def __getattr__(name: str) -> Any:
 
 
 def make_launcher(spec: ClusterSpec) -> Launcher:
-    """The launcher a spec asks for: Ray with ``--ray``, Slurm with ``--slurm``/``--slurm-job``, SSH
-    when it names hosts, local otherwise."""
-    if spec.ray is not None:
+    """The launcher of the spec's backend (``ClusterSpec.backend``: ray, slurm, ssh or local)."""
+    backend = spec.backend
+    if backend == "ray":
         from mwnotebook.launchers.ray.launcher import RayLauncher  # lazily: only Ray users have Ray
 
         return RayLauncher.from_spec(spec)
-    if spec.uses_slurm:
+    if backend == "slurm":
         from mwnotebook.launchers.slurm.launcher import SlurmLauncher  # lazily: only Slurm users need it
 
         return SlurmLauncher.from_spec(spec)
-    if spec.hosts:
+    if backend == "ssh":
         from mwnotebook.launchers.ssh.launcher import (
             SSHLauncher,  # imported lazily: asyncssh is only needed for remote hosts
         )

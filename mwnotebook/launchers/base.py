@@ -16,6 +16,11 @@ class KernelHandle(Protocol):
 
     index: int
     host: str  # "localhost" for local workers; the SSH host otherwise
+    #: True when the kernel's process is a process of this machine, its ``pid`` a pid here (local
+    #: kernels); False for a kernel on another host, node or Ray worker (its pid is a number there).
+    #: Stated by the launcher that started it, published as it is (registry/publication.py): only a
+    #: process on this machine is ever signalled by the clusters panel's sweep or interrupt.
+    on_this_machine: bool
 
     @property
     def connection_info(self) -> dict[str, Any]: ...

@@ -9,6 +9,7 @@ there"), and mypy checks the implementations. Who has what today:
 | :class:`Isolates` (``isolated``) | ``launchers/local/launcher.py`` ``LocalLauncher`` |
 | :class:`AbortsStart` (``abort_start``) | ``SlurmLauncher``, ``RayLauncher`` |
 | :class:`ReportsJob` (``status``) | ``launchers/slurm/launcher.py`` ``SlurmLauncher`` |
+| :class:`OwnsAllocation` (``owns_allocation``) | ``SlurmLauncher`` |
 | :class:`ReplacesNodes` (``replace_lost_nodes``) | ``SlurmLauncher``, ``RayLauncher`` |
 | :class:`HasLogTail` (``log_tail``) | local and remote kernel handles |
 | :class:`TakesStacks` (``take_stacks``) | remote kernel handles (``launchers/remote/kernel_handle.py``) |
@@ -47,7 +48,20 @@ class ReportsJob(Protocol):
     """A launcher whose workers run inside a batch job."""
 
     async def status(self) -> dict[str, Any]:
-        """The job the workers run in (id, nodes, state)."""
+        """The job the workers run in: ``job_id``, ``nodes``, ``state``; a launcher that also
+        :class:`OwnsAllocation` says ``owned`` (as ``owns_allocation``) and ``login`` (where its
+        Slurm commands run, or None). The clusters panel publishes these as they are."""
+        ...
+
+
+@runtime_checkable
+class OwnsAllocation(Protocol):
+    """A launcher whose workers run in an allocation it may have made itself (a batch job)."""
+
+    @property
+    def owns_allocation(self) -> bool:
+        """True when the launcher made the allocation and ends it; False for one the user gave
+        (and before there is one). Nothing else may end an allocation that is not owned."""
         ...
 
 

@@ -1,11 +1,13 @@
 """The owning kernel's control channel: a 0600 unix socket that takes ``interrupt``, ``restart``, ``stop``.
 
 A request is one JSON line (``{"action": "stop"}``), the answer one JSON line (``{"ok": true}`` or
-``{"ok": false, "error": "..."}``). Only a peer of this process's own user is served (the socket
-is 0600 in a 0700 directory, and the peer's credentials are checked: ``SO_PEERCRED``). The answer
-says the action was accepted; it then runs on its own thread, so a kernel busy with a cell still
-obeys (the cluster's engine runs on a background loop), and the caller sees its effect in the
-state file.
+``{"ok": false, "code": "busy", "error": "..."}``). A refusal's ``code`` says what kind it is
+(:data:`Code`: ``busy``, ``forbidden``, ``bad_request``); the server maps codes to HTTP statuses in
+one table (server/service.py ``STATUS``), never by the error's words. Only a peer of this
+process's own user is served (the socket is 0600 in a 0700 directory, and the peer's credentials
+are checked: ``SO_PEERCRED``). The answer says the action was accepted; it then runs on its own
+thread, so a kernel busy with a cell still obeys (the cluster's engine runs on a background loop),
+and the caller sees its effect in the state file.
 """
 
 from __future__ import annotations
@@ -19,11 +21,25 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple, get_args
 
 log = logging.getLogger(__name__)
 
 ACTIONS = ("interrupt", "restart", "stop")
+
+#: Why an owner refused: another action is under way (``busy``), the peer may not ask
+#: (``forbidden``), the request is not one it understands (``bad_request``).
+Code = Literal["busy", "forbidden", "bad_request"]
+CODES: tuple[Code, ...] = get_args(Code)
+#: The owner could not be asked at all (no socket, no answer): said by the asking side only.
+UNREACHABLE = "unreachable"
+
+
+class Refusal(NamedTuple):
+    """An owner's "no": its kind and the words for a person."""
+
+    code: Code
+    message: str
 _MAX_REQUEST = 4096
 
 
@@ -51,7 +67,11 @@ def reachable(path: Path) -> Iterator[str]:
 
 
 class ControlError(RuntimeError):
-    """The owner could not be asked (no socket, no answer) or refused the request."""
+    """The owner could not be asked (``code`` ``unreachable``) or refused the request (its :data:`Code`)."""
+
+    def __init__(self, message: str, code: str = UNREACHABLE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -61,11 +81,11 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 class ControlListener:
-    """Serves the socket at ``path`` on a daemon thread; ``accept(action)`` returns an error text or None.
+    """Serves the socket at ``path`` on a daemon thread; ``accept(action)`` returns a :class:`Refusal` or None.
 
     ``accept`` must return quickly: it decides and hands the work to another thread."""
 
-    def __init__(self, path: Path, accept: Callable[[str], str | None]) -> None:
+    def __init__(self, path: Path, accept: Callable[[str], Refusal | None]) -> None:
         self.path = path
         self._accept = accept
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -99,7 +119,7 @@ class ControlListener:
     def _answer(self, conn: socket.socket) -> None:
         conn.settimeout(5)
         if peer_uid(conn) != os.getuid():
-            _send(conn, {"ok": False, "error": "refused: another user"})
+            _refuse(conn, Refusal("forbidden", "refused: another user"))
             return
         data = b""
         while b"\n" not in data and len(data) < _MAX_REQUEST:
@@ -111,13 +131,16 @@ class ControlListener:
             request = json.loads(data.split(b"\n", 1)[0])
             action = request["action"]
         except (ValueError, KeyError, TypeError):
-            _send(conn, {"ok": False, "error": "bad request: expected one JSON line with an action"})
+            _refuse(conn, Refusal("bad_request", "bad request: expected one JSON line with an action"))
             return
         if action not in ACTIONS:
-            _send(conn, {"ok": False, "error": f"unknown action {action!r}; one of {', '.join(ACTIONS)}"})
+            _refuse(conn, Refusal("bad_request", f"unknown action {action!r}; one of {', '.join(ACTIONS)}"))
             return
-        error = self._accept(action)
-        _send(conn, {"ok": error is None, **({"error": error} if error else {})})
+        refusal = self._accept(action)
+        if refusal is None:
+            _send(conn, {"ok": True})
+        else:
+            _refuse(conn, refusal)
 
     def close(self) -> None:
         """Stop serving and remove the socket file."""
@@ -141,6 +164,10 @@ def _send(conn: socket.socket, answer: dict[str, Any]) -> None:
     conn.sendall(json.dumps(answer).encode() + b"\n")
 
 
+def _refuse(conn: socket.socket, refusal: Refusal) -> None:
+    _send(conn, {"ok": False, "code": refusal.code, "error": refusal.message})
+
+
 def send(path: str | os.PathLike[str], action: str, timeout: float = 5.0) -> None:
     """Ask the owner listening at ``path`` to do ``action``; raises :class:`ControlError` if it can't."""
     if action not in ACTIONS:
@@ -150,7 +177,7 @@ def send(path: str | os.PathLike[str], action: str, timeout: float = 5.0) -> Non
     except OSError as e:
         raise ControlError(f"the cluster's owner has no control socket at {path}: {e.strerror}") from e
     if info.st_uid != os.getuid():
-        raise ControlError(f"refused: {path} belongs to uid {info.st_uid}, not to this user")
+        raise ControlError(f"refused: {path} belongs to uid {info.st_uid}, not to this user", "forbidden")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
@@ -169,5 +196,8 @@ def send(path: str | os.PathLike[str], action: str, timeout: float = 5.0) -> Non
         answer = json.loads(data)
     except ValueError as e:
         raise ControlError(f"the cluster's owner gave no answer on {path}") from e
+    if not isinstance(answer, dict):
+        raise ControlError(f"the cluster's owner gave no answer on {path}")
     if not answer.get("ok"):
-        raise ControlError(str(answer.get("error") or "refused"))
+        code = answer.get("code")
+        raise ControlError(str(answer.get("error") or "refused"), code if code in CODES else "busy")

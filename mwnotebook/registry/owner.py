@@ -12,6 +12,7 @@ import re
 import sys
 from typing import Any
 
+from mwnotebook.registry.document import Owner
 from mwnotebook.registry.processes import start_time
 
 _KERNEL_FILE = re.compile(r"kernel-([0-9A-Za-z-]+)\.json$")
@@ -37,7 +38,7 @@ def kernel_id(connection: str | None) -> str | None:
     return match.group(1) if match else None
 
 
-def this_owner(environ: dict[str, str] | None = None) -> dict[str, Any]:
+def this_owner(environ: dict[str, str] | None = None) -> Owner:
     """The ``owner`` section of a state document for this process."""
     env = os.environ if environ is None else environ
     connection = connection_file()

@@ -2,7 +2,8 @@
 
 A pid alone can be reused after its process ended, so every pid is kept with its start time (the
 22nd field of ``/proc/<pid>/stat``, in clock ticks since boot): a pid whose start time differs is
-another process and is never signalled.
+another process and is never signalled, and a pid without a recorded start time (a remote task's,
+or one read too late) is never taken for a running process of ours.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ def start_time(pid: int) -> int | None:
 
 
 def is_running(pid: int | None, started: int | None) -> bool:
-    """True while ``pid`` is the process that started at ``started`` and has not become a zombie."""
-    if pid is None or pid <= 0:
+    """True while ``pid`` is the process that started at ``started`` and has not become a zombie.
+
+    ``started`` None is never a match: without a start time the pid may be anyone's."""
+    if pid is None or pid <= 0 or started is None:
         return False
     now = start_time(pid)
-    if now is None or (started is not None and now != started):
+    if now is None or now != started:
         return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

@@ -17,10 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from mwnotebook.registry.document import VERSION as VERSION  # the document's format, read here too
 
-#: The state document's format; a reader skips a file of another version.
-VERSION = 1
+log = logging.getLogger(__name__)
 SUBDIR = "mwnotebook"
 _ID = re.compile(r"^[0-9a-f]{8,32}$")
 

@@ -19,10 +19,14 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from mwnotebook.registry.control import ControlError
-from mwnotebook.server.service import ClusterService, Conflict, NotFound, Refused
+from mwnotebook.server.service import ClusterService, ServiceError
 
 API = "mwnotebook/api/clusters"
+
+
+def http_error(error: ServiceError) -> tornado.web.HTTPError:
+    """The error's status from the one table (server/service.py ``STATUS``), its words as the message."""
+    return tornado.web.HTTPError(error.status, str(error))
 
 
 class _ClustersBase(APIHandler):
@@ -52,14 +56,8 @@ class _ClustersBase(APIHandler):
     async def act(self, cluster_id: str, action: str) -> None:
         try:  # on a thread: the owner's answer (or a dead owner's scancel) never blocks the server's loop
             by = await asyncio.to_thread(self.service.act, cluster_id, action)
-        except NotFound as e:
-            raise tornado.web.HTTPError(404, str(e)) from e
-        except Refused as e:
-            raise tornado.web.HTTPError(403, str(e)) from e
-        except Conflict as e:
-            raise tornado.web.HTTPError(409, str(e)) from e
-        except ControlError as e:
-            raise tornado.web.HTTPError(502, str(e)) from e
+        except ServiceError as e:
+            raise http_error(e) from e
         self.answer({"id": cluster_id, "action": action, "by": by}, 202)
 
 
@@ -76,10 +74,8 @@ class ClusterHandler(_ClustersBase):
     async def get(self, cluster_id: str) -> None:
         try:
             self.answer(self.service.cluster(cluster_id, await self.notebooks()))
-        except NotFound as e:
-            raise tornado.web.HTTPError(404, str(e)) from e
-        except Refused as e:
-            raise tornado.web.HTTPError(403, str(e)) from e
+        except ServiceError as e:
+            raise http_error(e) from e
 
     @tornado.web.authenticated
     @authorized

@@ -23,16 +23,43 @@ from mwnotebook.registry import control, orphans, processes, state
 log = logging.getLogger(__name__)
 
 
-class NotFound(LookupError):
-    pass
+#: What went wrong -> the HTTP status the API answers with: the one table (handlers.py reads it).
+#: The control socket's codes (registry/control.py ``Code``) and ``unreachable`` come from the owner's
+#: side; ``not_found`` from here.
+STATUS: dict[str, int] = {
+    "bad_request": 400,
+    "forbidden": 403,
+    "not_found": 404,
+    "busy": 409,
+    "unreachable": 502,
+}
 
 
-class Refused(PermissionError):
-    pass
+class ServiceError(Exception):
+    """An action or a look-up that cannot be done; ``code`` is a key of :data:`STATUS`."""
+
+    code = "unreachable"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def status(self) -> int:
+        return STATUS.get(self.code, 500)
 
 
-class Conflict(RuntimeError):
-    pass
+class NotFound(ServiceError):
+    code = "not_found"
+
+
+class Refused(ServiceError):
+    code = "forbidden"
+
+
+class Conflict(ServiceError):
+    code = "busy"
 
 
 class ClusterService:
@@ -72,13 +99,13 @@ class ClusterService:
             try:
                 control.send(socket, action)
             except control.ControlError as e:
-                if "refused" in str(e) or "under way" in str(e):
-                    raise Conflict(str(e)) from e
-                raise
+                raise ServiceError(str(e), e.code) from e
             return "owner"
+        if action not in control.ACTIONS:
+            raise ServiceError(f"unknown action {action!r}; one of {', '.join(control.ACTIONS)}", "bad_request")
         if action == "restart":
             raise Conflict(f"the kernel that owned cluster {cluster_id} is gone: it can only be stopped")
-        if action == "interrupt":
+        if action == "interrupt":  # only tasks marked local with their start time (orphans.local_processes)
             for pid, started in orphans.local_processes(document):
                 if processes.is_running(pid, started):
                     os.kill(pid, signal.SIGINT)

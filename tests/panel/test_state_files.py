@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.registry import control, orphans, processes, state
 from mwnotebook.registry.publication import Publication
 from mwnotebook.shared.events import RunRestarted, WorkerOutput, WorkerStateChanged
@@ -159,10 +160,12 @@ def test_the_channel_works_in_a_runtime_directory_deeper_than_a_socket_path_allo
 
 
 def test_the_channel_passes_on_the_owners_refusal(directory: Path) -> None:
-    listener = control.ControlListener(directory / "c.sock", lambda action: "a stop from the panel is under way")
+    listener = control.ControlListener(directory / "c.sock",
+                                       lambda action: control.Refusal("busy", "a stop from the panel is under way"))
     try:
-        with pytest.raises(control.ControlError, match="under way"):
+        with pytest.raises(control.ControlError, match="under way") as refused:
             control.send(directory / "c.sock", "restart")
+        assert refused.value.code == "busy"
     finally:
         listener.close()
 
@@ -171,7 +174,7 @@ class FakeCluster:
     """A cluster's public face, for the publication's pure logic."""
 
     def __init__(self) -> None:
-        self.spec = type("Spec", (), {"workers": 2, "hosts": (), "slurm": None, "slurm_job": None})()
+        self.spec = ClusterSpec(workers=2)
         self.started = False
         self.calls: list[str] = []
         self.event = threading.Event()
@@ -179,7 +182,7 @@ class FakeCluster:
     def status(self) -> list[Any]:
         from mwnotebook.engine.cluster_status import WorkerInfo
         return [WorkerInfo(index=i, host="localhost", pid=os.getpid(), state="idle", alive=True,
-                           tf_config={"task": {"index": i}}) for i in range(2)]
+                           tf_config={"task": {"index": i}}, on_this_machine=True) for i in range(2)]
 
     def scheduler_status(self) -> None:
         return None

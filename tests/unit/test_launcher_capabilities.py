@@ -13,6 +13,7 @@ from mwnotebook.launchers.capabilities import (
     HasConnectionFile,
     HasLogTail,
     Isolates,
+    OwnsAllocation,
     ReportsJob,
     TakesStacks,
 )
@@ -27,16 +28,19 @@ def test_real_launchers_declare_what_they_have() -> None:
     try:
         assert isinstance(local, Isolates) and not local.isolated
         assert not isinstance(local, AbortsStart) and not isinstance(local, ReportsJob)
+        assert not isinstance(local, OwnsAllocation)
     finally:
         asyncio.run(local.close())
     slurm = SlurmLauncher.from_spec(ClusterSpec(slurm="", workers=2))
     assert isinstance(slurm, AbortsStart) and isinstance(slurm, ReportsJob)
+    assert isinstance(slurm, OwnsAllocation) and slurm.owns_allocation is False  # nothing made yet
     assert not isinstance(slurm, Isolates)
 
 
 def test_real_handles_declare_what_they_have(tmp_path: Any) -> None:
     handle = LocalKernelHandle(0, None, {}, str(tmp_path / "k.json"), str(tmp_path / "k.log"))
     assert isinstance(handle, HasLogTail) and isinstance(handle, HasConnectionFile)
+    assert handle.on_this_machine is True and RemoteKernelHandle.on_this_machine is False  # stated by each
     assert issubclass(RemoteKernelHandle, HasLogTail) and issubclass(RemoteKernelHandle, TakesStacks)
     assert "connection_file" not in dir(RemoteKernelHandle)  # its stacks are taken on its host, by its agent
     assert not isinstance(handle, TakesStacks)
@@ -44,6 +48,7 @@ def test_real_handles_declare_what_they_have(tmp_path: Any) -> None:
 
 class _Handle:
     host = "localhost"
+    on_this_machine = True
     pid = 4242
     index = 0
     connection_info: dict[str, Any] = {}

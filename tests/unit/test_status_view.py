@@ -21,6 +21,7 @@ class FakeHandle:
     pid: int
     alive: bool = True
     host: str = "localhost"
+    on_this_machine: bool = True
 
     async def is_alive(self) -> bool:
         return self.alive

@@ -34,6 +34,7 @@ class LocalKernelHandle:
     """One local worker kernel process (see :class:`mwnotebook.launchers.base.KernelHandle`)."""
 
     host = "localhost"
+    on_this_machine = True
 
     def __init__(self, index: int, process: subprocess.Popen[bytes] | None, connection_info: dict[str, Any],
                  connection_file: str, log_path: str) -> None:

@@ -36,7 +36,13 @@ class Place(Protocol):
 
 
 class RemoteKernelHandle:
-    """A kernel on a remote host (see :class:`mwnotebook.launchers.base.KernelHandle`)."""
+    """A kernel on a remote host (see :class:`mwnotebook.launchers.base.KernelHandle`).
+
+    Its pid is a process id on its own host (an SSH host, a Slurm node, a Ray node), never one of
+    this machine, even when that host is this machine by another name: the kernel is ended through
+    its agent (its channel closing ends it), not by a signal from here."""
+
+    on_this_machine = False
 
     def __init__(self, index: int, place: Place, agent: AgentRun, pid: int,
                  listeners: Iterable[Listener], connection_info: dict[str, Any]) -> None:

@@ -110,6 +110,7 @@ class SlurmLauncher:
         self._allocating = asyncio.Lock()
         #: Where the Slurm commands run; with a login node, kernel ports are forwarded through it.
         self.shell: SlurmShell = LoginSlurm(login, ssh_config) if login else LocalSlurm()
+        self._login = login
         self._abort = asyncio.Event()
         # One worker template per node for the allocation (launchers/remote/template_pool.py). Not with
         # --gpus-per-worker: a forked kernel lives in the template's job step, not in the step that
@@ -361,12 +362,24 @@ class SlurmLauncher:
     def templates(self) -> list[RemoteTemplate]:
         return self._templates.templates()
 
+    @property
+    def owns_allocation(self) -> bool:
+        """Whether this launcher made the job its workers run in (salloc) and cancels it when it
+        closes; False for a job the user gave (``--slurm-job``, or ``SLURM_JOB_ID`` inside ``salloc``)
+        and before there is one. Only an owned job may be cancelled by anyone else (the clusters
+        panel's sweep, registry/orphans.py)."""
+        return self.allocation is not None and self.allocation.owned
+
     async def status(self) -> dict[str, Any]:
-        """Job id, nodes and the job's state, for ``%mwcluster status``."""
+        """Job id, nodes, the job's state, whether we own it (``owned``: :attr:`owns_allocation`) and
+        the login node the Slurm commands run on (``login``, None here), for ``%mwcluster status``
+        and the clusters panel."""
         if self.allocation is None:
-            return {"job_id": self._job_id, "nodes": [], "state": "not allocated"}
+            return {"job_id": self._job_id, "nodes": [], "state": "not allocated", "owned": False,
+                    "login": self._login}
         return {"job_id": self.allocation.job_id, "nodes": list(self.allocation.nodes),
-                "state": await self.allocation.current_state(), "owned": self.allocation.owned}
+                "state": await self.allocation.current_state(), "owned": self.owns_allocation,
+                "login": self._login}
 
     async def close(self) -> None:
         """Kill every kernel, release the ports, and cancel the allocation if we made it."""
