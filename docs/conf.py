@@ -22,10 +22,7 @@ release = version = mwnotebook.__version__
 
 extensions = [
     "myst_nb",
-    "sphinx.ext.autodoc",
     "sphinx_design",
-    "mw_options",
-    "mw_api",
 ]
 
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "lessons/_run/*.md"]
@@ -56,24 +53,8 @@ nb_merge_streams = True
 # the picture above), and the pages must work offline.
 nb_ipywidgets_js: dict[str, dict[str, str]] = {}
 
-# autodoc: the public API, with signatures from the code and types in the description.
-autodoc_typehints = "description"
-autodoc_member_order = "bysource"
-autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
-# -n (tools/docs.sh): every reference must resolve. Without intersphinx (the build is offline) other
-# projects' and the standard library's names cannot; our own still must.
-nitpick_ignore_regex = [
-    (r"py:.*", r"(asyncio|pathlib|collections|concurrent|typing|types|os|argparse|subprocess|datetime|enum|"
-               r"pandas|numpy|tensorflow|tf|keras|tf_keras|IPython|ipykernel|jupyter_client|zmq|asyncssh|"
-               r"plotly|anywidget|traitlets)(\..*)?"),
-    (r"py:.*", r"(Path|Mapping|Sequence|Iterable|Iterator|Callable|Awaitable|Coroutine|Any|Literal|"
-               r"TextIO|DataFrame|NotebookNode)"),
-    # Types of the package's internal modules in public signatures (events, stacks, host specs):
-    # documented in their modules, not on these pages.
-    (r"py:.*", r"mwnotebook\.(shared|engine|config|errors|launchers|frontend|worker)\..*"),
-    # Names docstrings refer to in their own module's scope (errors.py, worker/), not public.
-    (r"py:.*", r"(AttemptFailure|WorkerStacksText|order_failures|render_failures|REMOTE_WAIT|StrategyError|Launcher)"),
-]
+# The reference pages (docs/reference/*.md) are plain Markdown made from the code by
+# tools/docs_reference.py and committed, so that they read on GitHub as on the site.
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"mwnotebook {release}"

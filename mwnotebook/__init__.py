@@ -22,15 +22,19 @@ _EXPORTS: dict[str, str] = {
     "Cluster": "mwnotebook.engine.cluster",
     "RunResult": "mwnotebook.engine.cell.result",
     "ClusterSpec": "mwnotebook.config.spec",
+    "ParameterServerLost": "mwnotebook.engine.roles.task_servers",
+    "SecondClusterRefused": "mwnotebook.engine.roles.notebook_coordinator",
+    "StartAborted": "mwnotebook.launchers.slurm.job",
     **{name: "mwnotebook.errors" for name in (
-        "ClusterInterrupted", "ClusterRunError", "ClusterStartError", "ClusterStateError",
-        "ClusterTimeoutError", "ConfigError", "MWNotebookError", "WorkerDiedError", "WorkerError",
-        "WorkerFailure")},
+        "CannotRestartError", "ClusterInterrupted", "ClusterRunError", "ClusterStartError", "ClusterStateError",
+        "ClusterTimeoutError", "ConfigError", "MWNotebookError", "RestartFailedError", "WorkerDiedError",
+        "WorkerError", "WorkerFailure")},
 }
 
 __all__ = [
-    "AsyncCluster", "Cluster", "ClusterInterrupted", "ClusterRunError", "ClusterSpec", "ClusterStartError",
-    "ClusterStateError", "ClusterTimeoutError", "ConfigError", "MWNotebookError", "RunResult",
+    "AsyncCluster", "CannotRestartError", "Cluster", "ClusterInterrupted", "ClusterRunError", "ClusterSpec",
+    "ClusterStartError", "ClusterStateError", "ClusterTimeoutError", "ConfigError", "MWNotebookError",
+    "ParameterServerLost", "RestartFailedError", "RunResult", "SecondClusterRefused", "StartAborted",
     "WorkerDiedError", "WorkerError", "WorkerFailure", "WorkerInfo", "load_ipython_extension",
     "unload_ipython_extension",
 ]
@@ -41,7 +45,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from mwnotebook.engine.cell.result import RunResult
     from mwnotebook.engine.cluster import Cluster
     from mwnotebook.engine.cluster_status import WorkerInfo
+    from mwnotebook.engine.roles.notebook_coordinator import SecondClusterRefused
+    from mwnotebook.engine.roles.task_servers import ParameterServerLost
     from mwnotebook.errors import (
+        CannotRestartError,
         ClusterInterrupted,
         ClusterRunError,
         ClusterStartError,
@@ -49,10 +56,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ClusterTimeoutError,
         ConfigError,
         MWNotebookError,
+        RestartFailedError,
         WorkerDiedError,
         WorkerError,
         WorkerFailure,
     )
+    from mwnotebook.launchers.slurm.job import StartAborted
 
 
 def __getattr__(name: str) -> Any:

@@ -9,15 +9,21 @@ Usage (what ``%%mwtrain`` does, at a cell's first metric)::
     dash.records / dash.dataframe()          # the collected metrics as plain data
     last_dashboard().dataframe()             # the same, from a later cell
 
-The chart has one trace per worker (its own, local ``loss``) and, when workers report
-``global_loss``, a "global" trace (the value over all workers). Rows of the status table show
-each worker's state, step, last loss and steps per second; a failed worker's row turns red with
-its error name. Frontend updates are throttled (``max_updates_per_s``); long series are
-downsampled for display, every point is kept in :attr:`Dashboard.records`.
+The chart is a panel per metric: the dashboard's own metric (``loss``) first, then every other
+metric the workers report (``accuracy``, ``val_*`` by epoch, the learning rate last). Each panel has
+one line per worker (its own, local value) and, for a metric ``m``, a dashed "global" line when the
+workers report ``global_m`` (the value over all workers: the Keras callback adds ``global_loss`` and
+friends in ``model.fit``; a custom loop reports it itself, ``mw.report(step=i, global_loss=...)``).
+The status table under it has a row per worker: its state, step, last loss and steps per second; a
+failed worker's row turns red with its error name. Frontend updates are throttled
+(``max_updates_per_s``); long series are downsampled for display, every point is kept in
+:attr:`Dashboard.records`.
 
-While the run goes on the chart is an SVG picture updated in place; :meth:`Dashboard.finish`
-replaces it (same display id) by a static copy that renders without a kernel (JupyterLab's
-interactive plotly chart, nbconvert, GitHub). The parts live in :mod:`mwnotebook.frontend.chart`.
+In a notebook the live chart is a widget (anywidget + uPlot, ``mwnotebook/frontend/chart/widget.py``)
+that receives only the new points; where no widget can be drawn (terminal IPython, the JavaScript not
+built) it is an SVG picture updated in place. :meth:`Dashboard.finish` replaces it (same display id)
+by a static copy that renders without a kernel (an SVG picture of every panel and plotly's JSON:
+JupyterLab, nbconvert, GitHub). The parts live in ``mwnotebook/frontend/chart/``.
 """
 
 from __future__ import annotations

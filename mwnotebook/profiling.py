@@ -21,6 +21,9 @@ from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
+__all__ = ["FETCH_FLOOR_MS", "INPUT_BOUND_THRESHOLD", "CheckItem", "InputBoundReport", "ProfileReport", "checklist",
+           "keras_step", "measure_input_bound", "profile", "xla_compiles"]
+
 #: The seed's rule: less than 5% of step time waiting for input.
 INPUT_BOUND_THRESHOLD = 0.05
 
@@ -64,10 +67,12 @@ class InputBoundReport:
 
     @property
     def input_bound(self) -> bool:
+        """Whether the wait for input is at least ``threshold`` of the step time (the 5% rule)."""
         return self.share >= self.threshold
 
     @property
     def steps_per_s(self) -> float:
+        """Steps per second of the measured loop, input wait included."""
         total = self.input_wait_s + self.compute_s
         return self.steps / total if total > 0 else float("inf")
 

@@ -31,6 +31,8 @@ from typing import Any
 
 from mwnotebook.errors import ConfigError
 
+__all__ = ["SEED_BASE_BATCH", "WarmupCosine", "global_batch_size", "input_pipeline", "scaled_lr", "steps_per_epoch"]
+
 #: The batch size the seed's ``BASE_LR`` was tuned for (``BASE_LR * GLOBAL_BATCH_SIZE / 32``).
 SEED_BASE_BATCH = 32
 
@@ -113,10 +115,12 @@ class WarmupCosine:
 
     @property
     def peak(self) -> float:
+        """The rate the warmup ends at: ``base_lr * global_batch / base_batch`` (linear scaling)."""
         return scaled_lr(self.base_lr, self.global_batch, self.base_batch)
 
     @property
     def start(self) -> float:
+        """The rate at step 0: ``warmup_from``, or ``base_lr`` when it is not given."""
         return self.base_lr if self.warmup_from is None else self.warmup_from
 
     def __call__(self, step: float) -> float:

@@ -1,8 +1,9 @@
-"""``.. mw-options:: module:function`` renders the options of an argparse parser as a table.
+"""The options of an argparse parser as table rows, for the reference pages (tools/docs_reference.py).
 
 The parser is built by calling the named function (``mwtrain_parser``, the command line's
 ``build_parser``), so the page is made from the same object the magic and the command parse with and
-cannot drift from the code. ``:subcommand: run`` renders one subcommand of a parser with subcommands.
+cannot drift from the code. ``load_parser(target, "run")`` gives one subcommand of a parser with
+subcommands.
 """
 
 from __future__ import annotations
@@ -10,11 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib
 from typing import Any
-
-from docutils import nodes
-from docutils.parsers.rst import directives
-from sphinx.application import Sphinx
-from sphinx.util.docutils import SphinxDirective
 
 
 def load_parser(target: str, subcommand: str | None = None) -> argparse.ArgumentParser:
@@ -65,46 +61,3 @@ def option_rows(parser: argparse.ArgumentParser) -> list[tuple[str, str, str]]:
             text += " (repeatable)"
         rows.append((names, arg, text))
     return rows
-
-
-class OptionsDirective(SphinxDirective):
-    required_arguments = 1
-    option_spec = {"subcommand": directives.unchanged}
-
-    def run(self) -> list[nodes.Node]:
-        parser = load_parser(self.arguments[0], self.options.get("subcommand"))
-        table = nodes.table(classes=["mw-options", "colwidths-given"])
-        group = nodes.tgroup(cols=3)
-        table += group
-        for width in (24, 18, 58):
-            group += nodes.colspec(colwidth=width)
-        head = nodes.thead()
-        group += head
-        body = nodes.tbody()
-        group += body
-
-        def row(cells: tuple[str, str, str], literal: tuple[bool, bool, bool]) -> nodes.row:
-            r = nodes.row()
-            for text, is_literal in zip(cells, literal):
-                entry = nodes.entry()
-                para = nodes.paragraph()
-                para += nodes.literal(text, text) if is_literal and text else nodes.Text(text)
-                entry += para
-                r += entry
-            return r
-
-        head += row(("option", "argument", "what it does"), (False, False, False))
-        for cells in option_rows(parser):
-            body += row(cells, (True, True, False))
-        out: list[nodes.Node] = []
-        usage = parser.format_usage().strip().removeprefix("usage: ")
-        out.append(nodes.literal_block(usage, usage, language="text"))
-        if parser.description:
-            out.append(nodes.paragraph(text=parser.description))
-        out.append(table)
-        return out
-
-
-def setup(app: Sphinx) -> dict[str, Any]:
-    app.add_directive("mw-options", OptionsDirective)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}

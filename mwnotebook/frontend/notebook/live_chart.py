@@ -20,6 +20,8 @@ from typing import Any
 from mwnotebook.shared.events import Event, WorkerMetrics, WorkerStateChanged
 
 log = logging.getLogger(__name__)
+#: Earlier runs of a cell its chart draws when the magic is not told otherwise (``%%mwtrain --compare N``).
+DEFAULT_COMPARE = 3
 _preload: threading.Thread | None = None
 
 
