@@ -65,11 +65,17 @@ class RunRecord:
     logged: Mapping[str, str] = field(default_factory=dict)
     #: What was not recorded and why, one line each.
     not_logged: tuple[str, ...] = ()
+    #: The options the magic line set, by name (``{"workers": "2", "tensorboard": "tb"}``): what
+    #: ``%mwruns --diff`` compares and MLflow's parameters.
+    options: Mapping[str, str] = field(default_factory=dict)
+    #: Every task's TF_CONFIG as the run's cluster had them: ``{"name", "host", "tf_config"}`` each.
+    tasks: tuple[Mapping[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)
         document["hosts"] = list(self.hosts)
         document["not_logged"] = list(self.not_logged)
+        document["tasks"] = [dict(t) for t in self.tasks]
         return document
 
     @classmethod
@@ -78,6 +84,7 @@ class RunRecord:
         values = {k: v for k, v in document.items() if k in names}
         values["hosts"] = tuple(values.get("hosts", ()))
         values["not_logged"] = tuple(values.get("not_logged", ()))
+        values["tasks"] = tuple(values.get("tasks", ()))
         return cls(**values)
 
     @property
@@ -135,8 +142,9 @@ class RunHistory:
 
     def record(self, *, line: str, cell: str, started: float, workers: int, hosts: Sequence[str] = (),
                outcome: Outcome = "ok", error: str = "", metrics: Sequence[Mapping[str, Any]] = (),
-               restarts: int = 0, chart: dict[str, Any] | None = None,
-               duration: float | None = None) -> RunRecord:
+               restarts: int = 0, chart: dict[str, Any] | None = None, duration: float | None = None,
+               options: Mapping[str, str] | None = None,
+               tasks: Sequence[Mapping[str, str]] = ()) -> RunRecord:
         """Keep one finished run: the one call ``%%mwtrain`` makes at the end of every run.
 
         ``metrics``: every record the workers reported (each with its ``worker``); ``chart``: the
@@ -145,7 +153,7 @@ class RunHistory:
             number=self.next_number(), line=line, cell_hash=cell_hash(cell), cell=cell, started=started,
             duration=time.time() - started if duration is None else duration, workers=workers,
             hosts=tuple(hosts), outcome=outcome, error=error, final=final_values(metrics),
-            restarts=restarts, chart=chart)
+            restarts=restarts, chart=chart, options=dict(options or {}), tasks=tuple(dict(t) for t in tasks))
         return self.add(record, metrics)
 
     def update(self, number: int, **changes: Any) -> RunRecord:

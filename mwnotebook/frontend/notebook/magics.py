@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import logging
 import shlex
 import sys
@@ -34,9 +35,11 @@ from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.errors import ClusterRunError, ConfigError, MWNotebookError
 from mwnotebook.experiments.collect import RunCollector
 from mwnotebook.experiments.history import Outcome, RunHistory
+from mwnotebook.experiments.outlets import Outlets
 from mwnotebook.experiments.store import RunStore, kernel_id
 from mwnotebook.export.job import add_format_argument, export_job
 from mwnotebook.frontend.notebook import late_view
+from mwnotebook.frontend.notebook import runs_view as runs_view
 from mwnotebook.frontend.notebook.keras_choice import KerasChoice
 from mwnotebook.frontend.notebook.live_chart import ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
@@ -209,6 +212,7 @@ class MWMagics(Magics):
         spec = _spec(ns)
         if not cell.strip():
             raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
+        outlets = _outlets(ns)
         if ns.export:
             print(export_job(cell, ns.export, spec, ns.format).summary())
         keras_note = self.session.keras.on_cell(spec.use_legacy_keras)
@@ -241,17 +245,25 @@ class MWMagics(Magics):
                 "failed", _one_line(exc))
             _finish(output, chart)
             raise
+        else:
+            _finish(output, chart)
         finally:
-            self.session.runs.record(
+            run = self.session.runs.record(
                 line=line, cell=cell, started=started, workers=kernels, hosts=_hosts(cluster),
                 outcome=outcome, error=error, metrics=measured.records, restarts=measured.restarts,
-                chart=None)
-        _finish(output, chart)
+                chart=None,
+                options=_set_options(ns), tasks=_tasks(cluster))
+            runs_view.after_run(self.shell, self.session.runs, run.number, outlets)
         self.session.last_result = result
         # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
         # mw_result.metrics_frame(), mw_result.stdout(i).
         if self.shell is not None:
             self.shell.user_ns["mw_result"] = result
+
+    @line_magic
+    def mwruns(self, line: str) -> None:
+        """The runs of this kernel's %%mwtrain cells (see runs_view.mwruns_parser)."""
+        runs_view.mwruns(self.shell, self.session.runs, _parse(runs_view.mwruns_parser(_Parser), line))
 
     @line_magic
     def mwcluster(self, line: str) -> None:
@@ -329,6 +341,38 @@ def _chart_sink(spec: ClusterSpec, names: WorkerNames) -> ChartOnFirstMetric:
     return ChartOnFirstMetric(lines.kernels, lines=lines)
 
 
+def _outlets(ns: argparse.Namespace) -> Outlets:
+    """Where the run goes besides the history; what cannot work here is refused before anything starts."""
+    outlets = Outlets(tensorboard=ns.tensorboard, mlflow=ns.mlflow)
+    try:
+        outlets.check()
+    except ConfigError as exc:
+        raise UsageError(f"%%mwtrain: {exc}") from None
+    return outlets
+
+
+_defaults: dict[str, Any] = {}
+
+
+def _set_options(ns: argparse.Namespace) -> dict[str, str]:
+    """The options the line set (those that differ from the parser's defaults), as text."""
+    if not _defaults:
+        _defaults.update(vars(_cached_mwtrain_parser().parse_args([])))
+    return {name: runs_view.option_text(value) for name, value in vars(ns).items()
+            if name in _defaults and value != _defaults[name]}
+
+
+def _tasks(cluster: Cluster) -> list[dict[str, str]]:
+    """Each cell kernel's TF_CONFIG and host, for the run history (MLflow's TF_CONFIG table)."""
+    try:
+        configs, hosts = cluster.tf_configs, _hosts(cluster)
+        tasks = cluster.spec.layout.cell_tasks()
+    except Exception:  # a cluster that never started
+        return []
+    return [{"name": f"{task.type}:{task.index}", "host": host, "tf_config": json.dumps(config)}
+            for task, config, host in zip(tasks, configs, hosts)]
+
+
 def _one_line(exc: BaseException) -> str:
     """What a failed run's history entry says about its failure."""
     if isinstance(exc, ClusterRunError):
@@ -362,7 +406,9 @@ def register(ipython: Any) -> None:
     _magics = MWMagics(ipython, NotebookSession(runs=_run_history(ipython)))
     MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
     MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
+    MWMagics.mwruns.__doc__ = runs_view.mwruns_parser(_Parser).format_help()
     ipython.register_magics(_magics)
+    runs_view.publish(ipython, _magics.session.runs)  # a restarted kernel's earlier runs: mw_runs again
     keras_note = _magics.session.keras.on_load()  # before the notebook imports TensorFlow
     if keras_note:
         print(keras_note, file=sys.stderr if "imported" in keras_note else sys.stdout)
