@@ -22,6 +22,7 @@ The snippet defines and deletes one function so that the user's namespace stays 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -177,6 +178,22 @@ def recipe_env(spec: ClusterSpec) -> dict[str, str]:
     if shared and "TF_FORCE_GPU_ALLOW_GROWTH" not in spec.env:
         out["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
     return out
+
+
+def with_thread_defaults(spec: ClusterSpec, threads: Mapping[str, str]) -> ClusterSpec:
+    """``spec`` as its local tasks run under the teacher's CPU cap: ``threads`` (the thread-pool
+    variables of config/class_caps.py ``ClassCaps.thread_env``) added as ``--env`` values that the
+    user's own ``--env`` overrides; ``spec`` itself when there is nothing to add.
+
+    Through ``--env`` they reach every rule above (each task's environment, the template's start-up
+    environment) as a user's value would: ``TF_NUM_*`` are set in each forked worker before its
+    runtime starts (launchers/local/template_pool.py ``RUNTIME_ENV``), ``OMP_NUM_THREADS`` is a
+    load-time variable (a template of its own per value). Export never sees them: a job runs
+    elsewhere, under its own limits."""
+    extra = {name: value for name, value in threads.items() if name not in spec.env}
+    if not extra:
+        return spec
+    return dataclasses.replace(spec, env={**extra, **spec.env})
 
 
 def startup_env(spec: ClusterSpec) -> dict[str, str]:

@@ -24,13 +24,16 @@ import logging
 import time
 from typing import Any
 
+from mwnotebook.config.class_caps import ClassCaps
 from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.config.worker_env import with_thread_defaults
 from mwnotebook.engine.cell.fresh_coordinator import needs_fresh_coordinator, rerun_line
 from mwnotebook.engine.cell.late_output import LateOutput
 from mwnotebook.engine.cell.restarts import HOST_WAIT_SECONDS, CellLimits, RestartOutcome, run_with_restarts
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cell.run import CellRun, CellVerdict
 from mwnotebook.engine.cell.stacks import StacksReport, dump_stacks
+from mwnotebook.engine.class_caps import is_local, spec_tasks
 from mwnotebook.engine.cluster_state import TaskStates, ignore_event
 from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
 from mwnotebook.engine.roles import notebook_coordinator
@@ -51,11 +54,18 @@ class AsyncCluster:
     """N worker kernels that run cells in lockstep. All methods run on one event loop."""
 
     def __init__(self, spec: ClusterSpec | None = None, *, launcher: Launcher | None = None,
-                 **spec_fields: Any) -> None:
+                 caps: ClassCaps | None = None, **spec_fields: Any) -> None:
         if spec is not None and spec_fields:
             raise TypeError("pass either a ClusterSpec or its fields, not both")
         self.spec = spec if spec is not None else ClusterSpec(**spec_fields)
         self._layout = self.spec.layout
+        #: What the tasks run with: under the teacher's CPU cap (``caps``, config/class_caps.py) a
+        #: local cluster's thread pools default to each task's share (config/worker_env.py).
+        run_spec = self.spec
+        if caps is not None and is_local(self.spec):
+            run_spec = with_thread_defaults(self.spec, caps.thread_env(spec_tasks(self.spec)))
+        #: The thread-pool variables the tasks get from the CPU cap ({} without one).
+        self.thread_defaults = {k: v for k, v in run_spec.env.items() if k not in self.spec.env}
         #: --coordinator notebook: no kernel runs the cell; this process coordinates
         #: (engine/roles/notebook_coordinator.py).
         self._notebook = self.spec.coordinator == "notebook"
@@ -66,8 +76,8 @@ class AsyncCluster:
         #: ``--max-restarts``: how long fresh workers may fail to start before the cell gives up.
         self.restart_host_wait = HOST_WAIT_SECONDS
         self._states = TaskStates(max(self.spec.workers, cell_count))
-        self._group = WorkerGroup(self.spec, self._layout, cell_count, self.late_output, launcher)
-        self._roles = TaskRoles(self.spec, self._layout, self.late_output, self._running_cell_abort)
+        self._group = WorkerGroup(run_spec, self._layout, cell_count, self.late_output, launcher)
+        self._roles = TaskRoles(run_spec, self._layout, self.late_output, self._running_cell_abort)
         self._start_task: asyncio.Future[None] | None = None
         self._abort: asyncio.Event | None = None
         self._running = False

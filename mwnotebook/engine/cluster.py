@@ -8,23 +8,27 @@ import asyncio
 import atexit
 import json
 import logging
+import os
 import queue
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from mwnotebook.config.class_caps import ClassCaps
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.async_cluster import AsyncCluster
 from mwnotebook.engine.cell.late_output import LateOutput
 from mwnotebook.engine.cell.restarts import CellLimits
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cell.stacks import StacksReport
+from mwnotebook.engine.class_caps import Claim, admit
 from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.errors import STACKS_HEADING
 from mwnotebook.launchers import Launcher
+from mwnotebook.registry.owner import this_owner
 from mwnotebook.registry.publication import Publication
 from mwnotebook.shared.events import Event, EventSink
 
@@ -45,10 +49,14 @@ class Cluster:
     """
 
     def __init__(self, spec: ClusterSpec | None = None, *, launcher: Launcher | None = None,
-                 **spec_fields: Any) -> None:
-        self._core = AsyncCluster(spec, launcher=launcher, **spec_fields)
+                 caps: ClassCaps | None = None, **spec_fields: Any) -> None:
+        #: The teacher's caps (config/class_caps.py), read from this process's environment once here
+        #: unless given: a bad value is a ConfigError now, before anything starts.
+        self.caps = caps if caps is not None else ClassCaps.from_environ(os.environ)
+        self._core = AsyncCluster(spec, launcher=launcher, caps=self.caps, **spec_fields)
         self._loop = background_loop()
         self._published = Publication(self)  # the clusters panel's view: mwnotebook/registry/
+        self._claim: Claim | None = None  # this start's claim on the caps, until the start ends
         _live.add(self)
 
     @property
@@ -110,10 +118,46 @@ class Cluster:
         servers = self._core.servers
         return servers.hosts() if servers is not None else {}
 
+    @property
+    def thread_defaults(self) -> dict[str, str]:
+        """The thread-pool variables each task gets from ``CPU_LIMIT`` ({} without it, or when remote)."""
+        return dict(self._core.thread_defaults)
+
     def start(self, on_event: EventSink | None = None) -> Cluster:
-        """Start every worker (in parallel) and wait until all are ready. Does nothing if running."""
-        self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event, on_interrupt=self._abandon)
+        """Start every worker (in parallel) and wait until all are ready. Does nothing if running.
+
+        Raises :class:`~mwnotebook.engine.class_caps.CapExceeded` (a ``ConfigError``) before anything
+        starts when the teacher's caps (``MWNOTEBOOK_MAX_WORKERS``, ``MEM_LIMIT``) leave no room."""
+        claimed = self._admit()
+        try:
+            self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event, on_interrupt=self._abandon)
+        finally:
+            if claimed:
+                self._release_claim()
         return self
+
+    def _admit(self) -> bool:
+        """Check a start against the caps and claim its tasks (False: no new claim was needed)."""
+        if self.started or self._claim is not None or not self.caps.counts_running:
+            return False
+        own = self._published.cluster_id  # published while restarting after a failed cell: itself
+        self._claim = admit(self.caps, self.spec, exclude=(own,) if own else (), owner=this_owner())
+        return True
+
+    def check_caps(self, replacing: Cluster | None = None) -> None:
+        """Raise :class:`~mwnotebook.engine.class_caps.CapExceeded` if starting this cluster now would
+        pass the teacher's caps; ``replacing``: a running cluster this one replaces (not counted: the
+        magic checks before it stops a kernel's cluster of other options). Claims nothing."""
+        if self.started or not self.caps.counts_running:
+            return
+        other = replacing._published.cluster_id if replacing is not None else None  # noqa: SLF001 - this module's own class
+        ids = {self._published.cluster_id, other}
+        admit(self.caps, self.spec, exclude={i for i in ids if i}, owner=this_owner()).release()
+
+    def _release_claim(self, _future: object = None) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
 
     def _abandon(self) -> None:
         """Ctrl-C during a start or restart: end every kernel (waiting for launches under way)."""
@@ -127,8 +171,11 @@ class Cluster:
         cluster from now on (``starting``), with its workers and pids as soon as they are ready, and
         can stop it (registry/publication.py).
         """
+        claimed = self._admit()  # the teacher's caps, before anything starts (see start)
         future = self._loop.submit(self._core.start(on_event=self._published.watch(None)))
         future.add_done_callback(self._published.settled)
+        if claimed:
+            future.add_done_callback(self._release_claim)
 
     def run(self, code: str, on_event: EventSink | None = None, timeout: float | None = None,
             max_restarts: int | None = None) -> RunResult:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mwnotebook.config.class_caps import ClassCaps
 from mwnotebook.engine.cluster_status import WorkerInfo
 
 SECURITY_NOTICE = (
@@ -108,6 +109,21 @@ def _task_table(infos: Sequence[WorkerInfo], devices: Sequence[dict[str, Any] | 
         bundle["text/plain"] += "\n" + note
         bundle["text/html"] += f"<p><code>{html.escape(note)}</code></p>"
     return bundle
+
+
+def caps_text(caps: ClassCaps, threads: Mapping[str, str], running: str) -> str:
+    """The teacher's caps for ``%mwcluster status`` (config/class_caps.py): each cap, the thread
+    variables this cluster's tasks got from ``CPU_LIMIT``, and ``running`` (engine/class_caps.py
+    ``running_summary``); "" when no cap is set."""
+    lines = caps.lines()
+    if not lines:
+        return ""
+    out = ["teacher's caps:", *(f"  {line}" for line in lines)]
+    if threads:
+        out.append("  this cluster's tasks: " + " ".join(f"{k}={v}" for k, v in sorted(threads.items())))
+    if running:
+        out.append("  " + running.replace("\n", "\n  "))
+    return "\n".join(out)
 
 
 ISOLATED_NOTICE = (

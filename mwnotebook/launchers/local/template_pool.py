@@ -43,9 +43,11 @@ RUNTIME_PREFIX = "mwnotebook-run-"
 PER_WORKER_ENV = frozenset({"TF_CONFIG", "CUDA_VISIBLE_DEVICES", "MWNOTEBOOK_WORKER_INDEX",
                             "MWNOTEBOOK_NUM_WORKERS", "MWNOTEBOOK_PARENT_PID"})
 
-#: TensorFlow variables read when the runtime starts (the GPU allocator), not while it loads; set in
-#: the child like the per-worker ones, so that a one-worker and a two-worker cluster share a template.
-RUNTIME_ENV = frozenset({"TF_FORCE_GPU_ALLOW_GROWTH"})
+#: TensorFlow variables read when the runtime starts (the GPU allocator, the thread pools), not while
+#: it loads; set in the child like the per-worker ones, so that a one-worker and a two-worker cluster
+#: share a template. TF_NUM_*_THREADS measured taking effect in a forked worker: tests/integration/
+#: test_class_caps.py (a worker's thread count with and without them).
+RUNTIME_ENV = frozenset({"TF_FORCE_GPU_ALLOW_GROWTH", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"})
 
 #: Name prefixes of variables that may be read while the interpreter, TensorFlow or a native library
 #: loads (interpreter set-up, dynamic linker, TF/XLA/CUDA/NCCL flags, OpenMP/MKL/BLAS thread pools,
