@@ -235,6 +235,18 @@ def test_notebook_05_runs_and_shows_each_recipe():
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert "-> same: True" in text and "-> same: False" in text  # seed's cache() vs the builder
+    # the extension is loaded before TensorFlow: the notebook switched to tf_keras, no mismatch warning
+    assert "this notebook uses tf_keras like the workers" in text, text[:2000]
+    assert "was imported in this notebook before %load_ext" not in text, text[:2000]
+    # the lesson names the default --collective the option parser has
+    import argparse
+
+    from mwnotebook.config.options import add_cluster_arguments
+
+    options = argparse.ArgumentParser()
+    add_cluster_arguments(options)
+    prose = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert f"`{options.get_default('collective')}` (the default" in prose
     assert "    0   0.016000      0.001000" in text                # seed's call has no warmup
     assert "plain  : input wait" in text and "builder: input wait" in text
     for i in range(2):
