@@ -235,3 +235,32 @@ def test_lab_panel_shows_two_clusters_with_their_workers(browser: Any, lab: Lab,
 
 def test_notebook7_panel_lists_stops_and_cleans_up(browser: Any, notebook7: Lab, artifacts: Path) -> None:
     check_flow(browser, notebook7, "notebook", artifacts)
+
+
+def test_lab_panel_shows_and_stops_a_cluster_started_in_the_background(browser: Any, lab: Lab, artifacts: Path) -> None:
+    """``%mwcluster start`` (the warm cluster a teacher starts before class): the panel lists it with
+    its workers and pids once they are ready, and its Stop button ends them (issue 40)."""
+    name = write_notebook(lab, "warm.ipynb", "%load_ext mwnotebook", "%mwcluster start --workers 2 --cpu")
+    owner = open_notebook(browser, lab, name)
+    panel = open_notebook(browser, lab, write_notebook(lab, "warm-viewer.ipynb", "1 + 1"))
+    try:
+        open_panel(panel, "lab")
+        run_cell(owner, 0)
+        run_cell(owner, 1, retry_s=60)
+        row, _ = seen_in_panel(panel, lab, name)
+        ready = wait_until(lambda: [d for d in state_files(lab) if d["state"] == "idle" and len(d["workers"]) == 2
+                                    and all(w["pid"] for w in d["workers"])], 180, "the warm cluster's workers")
+        workers = {w["pid"] for w in ready[0]["workers"]}
+        assert running(workers) == workers
+        row.locator(".mw-cluster-head").click()
+        wait_until(lambda: {int(t) for t in panel.locator(f"{ROW} .mw-pid").all_inner_texts() if t} == workers,
+                   30, "the warm cluster's pids in the panel")
+        panel.screenshot(path=str(artifacts / "panel_lab_background_start.png"))
+        stop_from_panel(panel, row)
+        wait_until(lambda: not state_files(lab), 60, "the state file to go")
+        panel.locator(ROW).wait_for(state="detached", timeout=30_000)
+        wait_until(lambda: not running(workers), 30, "the warm cluster's workers to end")
+    finally:
+        dismiss_dialog(owner)
+        owner.close()
+        panel.close()

@@ -16,7 +16,7 @@ import pytest
 import tornado.httpclient
 
 from mwnotebook import Cluster
-from mwnotebook.registry import state
+from mwnotebook.registry import control, processes, state
 
 from ...conftest import wait_for_no_workers
 
@@ -156,3 +156,58 @@ async def test_a_killed_owners_cluster_shows_orphaned_then_goes_with_its_workers
 
 async def _gone(jp_fetch: Any) -> bool:
     return (await get(jp_fetch))["clusters"] == []
+
+
+async def test_a_cluster_started_in_the_background_is_listed_within_2_s_of_ready_and_stops(
+        jp_fetch: Any, jp_runtime_dir: Path) -> None:
+    """``%mwcluster start`` (``Cluster.start_background``): the panel lists the warm cluster with its
+    workers and pids within 2 s of it being ready (the issue's bound; the writer's interval is 0.5 s),
+    and a DELETE stops it through its owner."""
+    import asyncio
+    cluster = Cluster(workers=2)
+    try:
+        cluster.start_background()
+        ready_at = await asyncio.to_thread(
+            lambda: processes_wait(lambda: cluster.started, 120) and time.monotonic())
+        listed = await wait_for(lambda: _listed(jp_fetch, 1), 60)
+        late = time.monotonic() - ready_at
+        assert late <= 2.0, f"listed {late:.1f} s after the background start was ready"
+        assert {w["pid"] for w in listed[0]["workers"]} == {w.pid for w in cluster.status()}
+        assert all(w["local"] and w["pid_start"] for w in listed[0]["workers"])
+        pids = {w.pid for w in cluster.status()}
+        response = await send(jp_fetch, "DELETE", listed[0]["id"])
+        assert response.code == 202 and json.loads(response.body)["by"] == "owner"
+        await wait_for(lambda: _gone(jp_fetch), 30)
+        assert not cluster.started and wait_for_no_workers(pids) == set()
+    finally:
+        cluster.stop()
+
+
+def processes_wait(check: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("the background start did not finish in time")
+        time.sleep(0.02)
+    return True
+
+
+@pytest.mark.parametrize(("code", "status"), [("busy", 409), ("forbidden", 403), ("bad_request", 400)])
+async def test_the_owners_refusal_code_is_the_http_status(jp_fetch: Any, jp_runtime_dir: Path,
+                                                           code: control.Code, status: int) -> None:
+    """An owner (this live process) that refuses with a code: the API answers that code's status,
+    whatever the refusal's words (server/service.py STATUS, the one table)."""
+    directory = state.registry_dir(jp_runtime_dir)
+    state.ensure_dir(directory)
+    cluster_id = "0123456789ab"
+    socket_path = state.socket_path(directory, cluster_id)
+    listener = control.ControlListener(socket_path, lambda action: control.Refusal(code, "not now, in any words"))
+    state.write_state(state.state_path(directory, cluster_id), {
+        "version": state.VERSION, "id": cluster_id, "state": "idle", "control": str(socket_path), "workers": [],
+        "owner": {"pid": os.getpid(), "start_time": processes.start_time(os.getpid())}})
+    try:
+        response = await send(jp_fetch, "POST", cluster_id, "restart")
+        assert response.code == status and b"not now, in any words" in response.body
+    finally:
+        listener.close()
+        state.remove(state.state_path(directory, cluster_id))
