@@ -24,6 +24,7 @@ need slurm-wlm salloc srun sbatch squeue scancel scontrol sinfo slurmctld slurmd
 need munge munged
 need nodejs node                                        # widgets built with npm at pip install time
 need npm npm
+need graphviz dot                                       # the docs' diagrams (tests/unit/test_docs_diagrams.py)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
