@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "Cluster": "mwnotebook.engine.cluster",
     "RunResult": "mwnotebook.engine.cell.result",
     "ClusterSpec": "mwnotebook.config.spec",
+    "CapExceeded": "mwnotebook.engine.class_caps",
     "ParameterServerLost": "mwnotebook.engine.roles.task_servers",
     "SecondClusterRefused": "mwnotebook.engine.roles.notebook_coordinator",
     "StartAborted": "mwnotebook.launchers.slurm.job",
@@ -32,8 +33,8 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
-    "AsyncCluster", "CannotRestartError", "Cluster", "ClusterInterrupted", "ClusterRunError", "ClusterSpec",
-    "ClusterStartError", "ClusterStateError", "ClusterTimeoutError", "ConfigError", "MWNotebookError",
+    "AsyncCluster", "CannotRestartError", "CapExceeded", "Cluster", "ClusterInterrupted", "ClusterRunError",
+    "ClusterSpec", "ClusterStartError", "ClusterStateError", "ClusterTimeoutError", "ConfigError", "MWNotebookError",
     "ParameterServerLost", "RestartFailedError", "RunResult", "SecondClusterRefused", "StartAborted",
     "WorkerDiedError", "WorkerError", "WorkerFailure", "WorkerInfo", "load_ipython_extension",
     "unload_ipython_extension",
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from mwnotebook.config.spec import ClusterSpec
     from mwnotebook.engine.async_cluster import AsyncCluster
     from mwnotebook.engine.cell.result import RunResult
+    from mwnotebook.engine.class_caps import CapExceeded
     from mwnotebook.engine.cluster import Cluster
     from mwnotebook.engine.cluster_status import WorkerInfo
     from mwnotebook.engine.roles.notebook_coordinator import SecondClusterRefused
