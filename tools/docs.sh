@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Build the documentation site into docs/_build/html/, offline, warnings as errors.
-# Usage: bash tools/docs.sh [--no-execute]   (--no-execute: a lesson without an executed copy fails)
+# Usage: bash tools/docs.sh   (--no-execute is accepted and changes nothing: nothing is executed)
 #
-# The lesson gallery renders the executed copies the test suite saves in artifacts/ (tools/test.sh runs
-# this after pytest); a missing copy of a lesson that runs on this machine alone is executed here with
-# nbclient (tools/docs_lessons.py says which test makes the others). A lesson that failed, or that
-# reports metrics but has no chart picture, fails the build.
+# Needs no root, no test hosts and no artifacts/: the lesson pages are the executed copies committed in
+# notebooks/executed/ (tools/docs_lessons.py checks each and writes docs/lessons/executed/; the lesson
+# index includes the learning path notebooks/README.md). A lesson without a copy, with a failed cell or
+# a chart without its picture fails the build; `python tools/refresh_lessons.py` makes the copies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,6 +1,7 @@
 """A lesson notebook executed headless for its test (notebooks/NAME.ipynb with nbclient, from the
-repository's root), its executed copy saved where the docs' lesson gallery reads it
-(``artifacts/NAME.executed.ipynb``, tools/docs_lessons.py), and the text of a cell's outputs."""
+repository's root), its executed copy saved where tools/refresh_lessons.py takes it from
+(``artifacts/NAME.executed.ipynb``; it becomes the committed notebooks/executed/NAME.ipynb), and the
+text of a cell's outputs."""
 
 from __future__ import annotations
 

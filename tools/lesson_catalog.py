@@ -1,0 +1,141 @@
+"""What the repository knows about each lesson (notebooks/NN_name.ipynb), written once.
+
+For every lesson: the test that executes it and saves ``artifacts/NAME.executed.ipynb``
+(tests/_shared/lessons.py), what it needs to run, and the facts of the learning path in
+notebooks/README.md: the concept, the lessons to read first, the minutes, and the key result (a
+pattern over the executed copy's output text and the sentence its numbers go into).
+Read by tools/refresh_lessons.py (runs the tests, commits the copies, writes the path table),
+tools/docs_lessons.py (the docs' lesson pages) and tests/docs/test_executed_lessons.py.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+#: the committed executed copies (notebooks/executed/NAME.ipynb) and their thumbnails (thumbs/NAME.png)
+EXECUTED = NOTEBOOKS / "executed"
+THUMBS = EXECUTED / "thumbs"
+#: where the lesson tests save their executed copies
+ARTIFACTS = ROOT / "artifacts"
+
+LOCAL, SSH, SLURM, RAY = "this machine", "SSH hosts", "Slurm", "Ray"
+#: what a lesson needs beyond this machine -> the suite's test hosts that provide it (root only)
+TEST_HOSTS = {SSH: "tests/remote (SSH hosts in network namespaces)", SLURM: "tests/slurm (a Slurm cluster)",
+              RAY: "tests/ray (a Ray cluster)"}
+
+
+@dataclass(frozen=True)
+class Result:
+    """A lesson's key result: ``pattern`` (searched in the executed copy's output text, multiline) and
+    ``sentence`` (a format string over the pattern's named groups)."""
+
+    pattern: str
+    sentence: str
+
+    def render(self, name: str, text: str) -> str:
+        found = re.search(self.pattern, text, re.M)
+        if found is None:
+            raise LookupError(f"{name}: its key result ({self.pattern!r}) is not in the executed copy's output; "
+                              "the lesson's output changed: fix the pattern in tools/lesson_catalog.py")
+        return self.sentence.format(**found.groupdict())
+
+
+@dataclass(frozen=True)
+class Lesson:
+    name: str
+    #: the pytest node (file or test) that executes the lesson and saves artifacts/NAME.executed.ipynb
+    test: str
+    concept: str
+    #: lesson numbers to read first
+    after: tuple[str, ...]
+    #: where its workers run: LOCAL, or LOCAL plus SSH / SLURM / RAY
+    needs: tuple[str, ...]
+    minutes: int
+    result: Result
+
+    @property
+    def number(self) -> str:
+        return self.name.split("_", 1)[0]
+
+    @property
+    def test_hosts(self) -> list[str]:
+        """The suite's test hosts its test needs (root): empty for a lesson that runs on this machine alone."""
+        return [TEST_HOSTS[n] for n in self.needs if n in TEST_HOSTS]
+
+
+_FLOAT = r"[0-9]+\.[0-9]+"
+
+LESSONS = (
+    Lesson("01_seed_two_workers", "tests/tf/test_core_tf.py::test_seed_notebook_prints_the_seeds_exact_lines",
+           "TensorFlow's two-worker custom-loop program (`MultiWorkerMirroredStrategy`) from one cell: "
+           "`TF_CONFIG` per worker, labelled output", (), (LOCAL,), 10,
+           Result(rf"^\[worker 0\] worker=0 replicas=(?P<replicas>\d+) initial_loss=(?P<first>{_FLOAT}) "
+                  rf"final_loss=(?P<last>{_FLOAT}) final_accuracy=(?P<accuracy>{_FLOAT})",
+                  "both workers print `replicas={replicas}`, loss {first} → {last}, accuracy {accuracy}")),
+    Lesson("02_keras_fit_live_curves",
+           "tests/tf/test_reporting.py::test_lesson_notebook_runs_and_saves_a_static_chart"
+           "[02_keras_fit_live_curves.ipynb-100]",
+           "live loss curves for `model.fit`: each worker's local loss and the global loss", ("01",), (LOCAL,), 10,
+           Result(rf"^\[worker 0\] epoch losses: \[(?P<first>{_FLOAT}), .*?(?P<last>{_FLOAT})\]",
+                  "epoch loss {first} → {last}; the global curve equals Keras' loss")),
+    Lesson("03_custom_loop_live_curves",
+           "tests/tf/test_reporting.py::test_lesson_notebook_runs_and_saves_a_static_chart"
+           "[03_custom_loop_live_curves.ipynb-200]",
+           "`mw.report` in a custom loop: `loss=` per worker, `global_loss=` reduced", ("01", "02"), (LOCAL,), 10,
+           Result(rf"^\[worker 0\] final global loss (?P<loss>{_FLOAT})",
+                  "final global loss {loss}, the mean of the two local losses at every step")),
+    Lesson("04_remote_hosts", "tests/remote/test_remote_notebook.py",
+           "workers on other machines over SSH (`--hosts`)", ("01",), (LOCAL, SSH), 15,
+           Result(rf"^\[worker 0\] worker=0 replicas=(?P<replicas>\d+) initial_loss=(?P<first>{_FLOAT}) "
+                  rf"final_loss=(?P<last>{_FLOAT})",
+                  "the same result lines as on this machine: `replicas={replicas}`, loss {first} → {last}")),
+    Lesson("05_performance_recipes", "tests/tf/test_recipes_tf.py::test_notebook_05_runs_and_shows_each_recipe",
+           "one device first: input pipeline, mixed precision, XLA, batch size and learning-rate scaling",
+           ("01", "03"), (LOCAL,), 20,
+           Result(r"(?P<line>plain  : input wait [^\n]*)",
+                  "the input-bound check measures each pipeline: `{line}`")),
+    Lesson("06_laptop_ssh_slurm", "tests/slurm/test_slurm_frontends.py",
+           "one cell, three places: this machine, SSH hosts, a Slurm allocation (`--slurm`)", ("01", "04"),
+           (LOCAL, SSH, SLURM), 15,
+           Result(rf"^\[worker 0\] worker=0 replicas=(?P<replicas>\d+) initial_loss=(?P<first>{_FLOAT}) "
+                  rf"final_loss=(?P<last>{_FLOAT})",
+                  "the same line in all three places: `replicas={replicas}`, loss {first} → {last}")),
+    Lesson("07_official_tutorial_flows", "tests/tf/test_tutorial_flows.py",
+           "the chief saves, the notebook loads and evaluates; `BackupAndRestore` resumes", ("01", "02"),
+           (LOCAL,), 15,
+           Result(r"(?P<line>accuracy[^\n]*)", "{line}")),
+    Lesson("08_preemption_and_recovery", "tests/tf/test_lesson_08.py",
+           "`--max-restarts`: two workers killed, the run resumes from its checkpoints", ("02", "07"), (LOCAL,), 15,
+           Result(r"(?P<line>worker 1 died [^\n]*)", "`{line}`, and the run ends where the undisturbed one ends")),
+    Lesson("09_parameter_server_training", "tests/tf/test_ps_lesson.py",
+           "one model two ways: all-reduce with a chief, then parameter servers (`--ps`)", ("02", "03"),
+           (LOCAL,), 20,
+           Result(rf"chief ps_loss (?P<first>{_FLOAT}) -> (?P<last>{_FLOAT})",
+                  "under parameter servers the coordinator's loss goes {first} → {last}")),
+    Lesson("10_ray_cluster", "tests/ray/test_ray_lesson.py",
+           "the same cell in a Ray cluster's placement group (`--ray`)", ("01", "06"), (LOCAL, RAY), 15,
+           Result(rf"^\[worker 0\] worker=0 replicas=(?P<replicas>\d+) initial_loss=(?P<first>{_FLOAT}) "
+                  rf"final_loss=(?P<last>{_FLOAT})",
+                  "the same line on Ray as here: `replicas={replicas}`, loss {first} → {last}")),
+    Lesson("11_a_hang_and_how_to_find_it", "tests/tf/test_lesson_11.py",
+           "a collective on one worker only hangs: `%mwcluster stacks` finds it, `--timeout` bounds it",
+           ("01", "03"), (LOCAL,), 10,
+           Result(r"(?P<line>workers \[0\] wait in a collective for workers \[1\])",
+                  "the stacks say `{line}`; `--timeout 20` turns the hang into `ClusterTimeoutError`")),
+    Lesson("12_speedup_and_workers", "tests/tf/test_lesson_12.py",
+           "speed-up against the number of workers: steps/s and time to accuracy for 1, 2, 4 workers",
+           ("01", "05"), (LOCAL,), 10,
+           Result(r"^\s+4\s+1024\s+(?P<steps>[0-9.]+)\s+[0-9]+\s+(?P<speedup>[0-9.]+)x",
+                  "4 workers on this machine: {speedup}× the examples/s of one worker ({steps} steps/s)")),
+)
+
+BY_NAME = {lesson.name: lesson for lesson in LESSONS}
+
+
+def lesson_names() -> list[str]:
+    """Every lesson in notebooks/, in order."""
+    return sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
