@@ -1,9 +1,9 @@
 """Every public name has a docstring: the API reference (docs/reference/, made by tools/docs_reference.py from
 ``__all__``) shows each, and a name without one would be an empty entry.
 
-Public: what the ``__all__`` of ``mwnotebook``, ``mwnotebook.worker``, ``mwnotebook.recipes`` and
-``mwnotebook.profiling`` export, and the public methods and properties those classes define
-themselves (inherited ones are documented where they are defined).
+Public: what the ``__all__`` of ``mwnotebook``, ``mwnotebook.worker``, ``mwnotebook.dashboard``,
+``mwnotebook.recipes`` and ``mwnotebook.profiling`` export, and the public methods and properties
+those classes define themselves (inherited ones are documented where they are defined).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import inspect
 
 import pytest
 
-MODULES = ("mwnotebook", "mwnotebook.worker", "mwnotebook.recipes", "mwnotebook.profiling")
+MODULES = ("mwnotebook", "mwnotebook.worker", "mwnotebook.dashboard", "mwnotebook.recipes",
+           "mwnotebook.profiling")
 
 
 def _public_names() -> list[tuple[str, str]]:

@@ -204,6 +204,7 @@ class Dashboard:
                 "text/plain": f"{self._title} (live)"}
 
     def status_bundle(self) -> dict[str, Any]:
+        """The status table as a display bundle (HTML, and plain text for terminals and nbconvert)."""
         return {"text/html": self.status_html(), "text/plain": self.status_text()}
 
     @property
@@ -227,15 +228,18 @@ class Dashboard:
             return self._board.rows()
 
     def status_html(self) -> str:
+        """The status table as HTML: a row per worker, a failed one red with its error's name."""
         with self._lock:
             return self._board.html()
 
     def status_text(self) -> str:
+        """The status table as plain text."""
         with self._lock:
             return self._board.text()
 
     @property
     def worker_status(self) -> dict[int, WorkerStatus]:
+        """Each worker's row of the status table, by worker index."""
         return self._board.workers
 
     # -- display and the end of the run --------------------------------------------------------
@@ -303,6 +307,7 @@ class Dashboard:
 
     @property
     def store(self) -> MetricsStore:
+        """Every metric record of the run, as the chart keeps them (``records`` is the plain list)."""
         return self._store
 
     @property
