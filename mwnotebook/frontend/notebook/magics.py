@@ -169,7 +169,7 @@ class NotebookSession:
             # every task's port (chief, workers, parameter servers), not only the cell kernels'
             # A warning goes to stderr; the all-clear of a private namespace is plain information.
             print(security_notice(cluster.addresses, cluster.network_isolated,
-                                  remote=bool(spec.hosts) or spec.uses_slurm),
+                                  remote=spec.remote),
                   file=sys.stdout if cluster.network_isolated else sys.stderr)
 
 
