@@ -14,6 +14,7 @@ share a session fixture or a machine-wide resource go to the same process, one a
   same name in the same process (the first CI run of that layout: "File exists");
 * tests/ray: the session's Ray test cluster (tests/ray/conftest.py: a head and two nodes on
   fixed loopback addresses and ports);
+* tests/hub: the session's JupyterHub and its students (tests/hub/conftest.py);
 * the peer "other machine" namespace with its fixed addresses (tests/integration/
   test_network_isolation.py, reused by tests/tf/test_ps_roles.py).
 """
@@ -25,7 +26,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 
 #: Directories whose modules share a session fixture: one group each.
-SHARED_DIRS = ("remote", "slurm", "ray")
+SHARED_DIRS = ("remote", "slurm", "ray", "hub")
 #: The modules that make the peer host with its fixed addresses.
 PEER_HOST = "peer-host"
 _PEER_HOST_MODULES = ("integration/test_network_isolation.py", "tf/test_ps_roles.py")
