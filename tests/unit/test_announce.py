@@ -40,8 +40,9 @@ class _Cluster:
 
 @pytest.mark.parametrize("spec, where", [(ClusterSpec(workers=2), "this machine"),
                                          (ClusterSpec(hosts=("a", "b")), "the worker hosts"),
-                                         (ClusterSpec(slurm="", workers=2), "the worker hosts")],
-                         ids=["local", "ssh", "slurm"])
+                                         (ClusterSpec(slurm="", workers=2), "the worker hosts"),
+                                         (ClusterSpec(ray="auto", workers=2), "the worker hosts")],
+                         ids=["local", "ssh", "slurm", "ray"])
 def test_the_notice_names_the_ports_and_where_they_are(spec: ClusterSpec, where: str, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     shown: list[Any] = []
