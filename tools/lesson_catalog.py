@@ -96,8 +96,11 @@ LESSONS = (
     Lesson("05_performance_recipes", "tests/tf/test_recipes_tf.py::test_notebook_05_runs_and_shows_each_recipe",
            "one device first: input pipeline, mixed precision, XLA, batch size and learning-rate scaling",
            ("01", "03"), (LOCAL,), 20,
-           Result(r"(?P<line>plain  : input wait [^\n]*)",
-                  "the input-bound check measures each pipeline: `{line}`")),
+           Result(r"^plain  : input wait (?P<plain>[0-9.]+%)[\s\S]*?^builder: input wait (?P<builder>[0-9.]+%)"
+                  r"[\s\S]*?^\[worker 0\] epoch losses \[(?P<first>[0-9.]+), .*?(?P<last>[0-9.]+)\] "
+                  r"accuracy (?P<accuracy>[0-9.]+)",
+                  "input wait {plain} of a step with a plain pipeline, {builder} with the recipe's; two workers "
+                  "with every recipe: epoch loss {first} → {last}, accuracy {accuracy}")),
     Lesson("06_laptop_ssh_slurm", "tests/slurm/test_slurm_frontends.py",
            "one cell, three places: this machine, SSH hosts, a Slurm allocation (`--slurm`)", ("01", "04"),
            (LOCAL, SSH, SLURM), 15,
@@ -107,15 +110,23 @@ LESSONS = (
     Lesson("07_official_tutorial_flows", "tests/tf/test_tutorial_flows.py",
            "the chief saves, the notebook loads and evaluates; `BackupAndRestore` resumes", ("01", "02"),
            (LOCAL,), 15,
-           Result(r"(?P<line>accuracy[^\n]*)", "{line}")),
+           Result(rf"trained: accuracy (?P<trained>{_FLOAT})[\s\S]*?^SavedModel loaded in the notebook: "
+                  rf"accuracy (?P<loaded>{_FLOAT})[\s\S]*?"
+                  r"^\[worker 0\] epochs run in this cell: \[(?P<epochs>[^\]]*)\]",
+                  "trained to accuracy {trained}, the chief's SavedModel evaluates at {loaded} in the notebook; "
+                  "the preempted fit's rerun trains epochs [{epochs}] only")),
     Lesson("08_preemption_and_recovery", "tests/tf/test_lesson_08.py",
            "`--max-restarts`: two workers killed, the run resumes from its checkpoints", ("02", "07"), (LOCAL,), 15,
-           Result(r"(?P<line>worker 1 died [^\n]*)", "`{line}`, and the run ends where the undisturbed one ends")),
+           Result(rf"^worker 0: preempted 2x final loss (?P<loss>{_FLOAT}) accuracy (?P<accuracy>{_FLOAT})"
+                  r"[\s\S]*?^identical: (?P<same>\w+)",
+                  "two workers killed (epochs 3 and 6), two restarts; final loss {loss}, accuracy {accuracy}, "
+                  "identical to the undisturbed run: {same}")),
     Lesson("09_parameter_server_training", "tests/tf/test_ps_lesson.py",
            "one model two ways: all-reduce with a chief, then parameter servers (`--ps`)", ("02", "03"),
            (LOCAL,), 20,
-           Result(rf"chief ps_loss (?P<first>{_FLOAT}) -> (?P<last>{_FLOAT})",
-                  "under parameter servers the coordinator's loss goes {first} → {last}")),
+           Result(rf"chief=True mwms_loss (?P<a>{_FLOAT}) -> (?P<b>{_FLOAT})[\s\S]*?"
+                  rf"chief ps_loss (?P<first>{_FLOAT}) -> (?P<last>{_FLOAT})",
+                  "all-reduce with a chief: loss {a} → {b}; parameter servers: {first} → {last}")),
     Lesson("10_ray_cluster", "tests/ray/test_ray_lesson.py",
            "the same cell in a Ray cluster's placement group (`--ray`)", ("01", "06"), (LOCAL, RAY), 15,
            Result(rf"^\[worker 0\] worker=0 replicas=(?P<replicas>\d+) initial_loss=(?P<first>{_FLOAT}) "
