@@ -54,9 +54,10 @@ class Footprint:
     task: int
 
 
-#: Measured here (TF 2.21 CPU, 2 workers forked from a template, after the seed cell; see
-#: docs/guide/caps.md for the figures and the command).
-MEASURED = Footprint(template=300 * MIB, task=260 * MIB)
+#: Measured on a 2-core machine (TF 2.21 CPU, workers forked from a template, after the seed cell): the
+#: PSS of a template and its workers summed, 670 MiB with 2 workers and 897 MiB with 4, fitted as
+#: template + N x task (docs/guide/caps.md has the figures and the command).
+MEASURED = Footprint(template=443 * MIB, task=114 * MIB)
 
 
 def _positive_int(name: str, text: str) -> int:

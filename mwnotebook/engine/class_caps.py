@@ -80,7 +80,8 @@ def _where(owner: Mapping[str, Any]) -> str:
         return f"notebook {session!r}" + (f" (kernel {str(kernel)[:8]}, pid {pid})" if kernel else f" (pid {pid})")
     if kernel:
         return f"kernel {str(kernel)[:8]} (pid {pid})"
-    return f"process {pid} ({owner.get('argv0') or 'python'})"
+    argv0 = str(owner.get("argv0") or "python")
+    return f"a notebook kernel (pid {pid})" if "ipykernel" in argv0 else f"process {pid} ({argv0})"
 
 
 def document_tasks(document: Mapping[str, Any]) -> int:

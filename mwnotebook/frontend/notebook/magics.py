@@ -9,6 +9,7 @@ import argparse
 import copy
 import json
 import logging
+import os
 import shlex
 import sys
 import time
@@ -20,6 +21,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 from IPython.display import publish_display_data
 
+from mwnotebook.config.class_caps import ClassCaps
 from mwnotebook.config.options import (
     add_cluster_arguments,
     add_coordinator_arguments,
@@ -30,6 +32,7 @@ from mwnotebook.config.options import (
 )
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.engine.cell.result import RunResult
+from mwnotebook.engine.class_caps import running_summary
 from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.errors import ClusterRunError, ConfigError, MWNotebookError
@@ -43,7 +46,7 @@ from mwnotebook.frontend.notebook import runs_view as runs_view
 from mwnotebook.frontend.notebook.keras_choice import KerasChoice
 from mwnotebook.frontend.notebook.live_chart import ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
-from mwnotebook.frontend.notebook.views import security_notice, status_bundle, tf_config_bundle
+from mwnotebook.frontend.notebook.views import caps_text, security_notice, status_bundle, tf_config_bundle
 from mwnotebook.frontend.text.relay import TextRelay, WorkerNames
 from mwnotebook.shared.events import Event, EventSink
 
@@ -127,14 +130,32 @@ class NotebookSession:
         self._security_notice_shown = False
         self._announced: Cluster | None = None
         self._announced_addresses: list[str] = []
+        self._caps: ClassCaps | None = None
         self.keras = KerasChoice()
 
+    def caps(self) -> ClassCaps:
+        """The teacher's caps (config/class_caps.py), read from this kernel's environment once; a bad
+        value is a UsageError naming the variable (each time, before anything starts)."""
+        if self._caps is None:
+            try:
+                self._caps = ClassCaps.from_environ(os.environ)
+            except ConfigError as exc:
+                raise UsageError(str(exc)) from None
+        return self._caps
+
     def cluster_for(self, spec: ClusterSpec) -> Cluster:
-        """Reuse the running cluster when its spec is the same; otherwise replace it."""
+        """Reuse the running cluster when its spec is the same; otherwise replace it, once the
+        teacher's caps allow the new one (checked before the running one is stopped, which is not
+        counted: engine/class_caps.py)."""
         if self.cluster is not None and self.cluster.spec == spec:
             return self.cluster
+        cluster = Cluster(spec, caps=self.caps())
+        try:
+            cluster.check_caps(replacing=self.cluster)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
         self.stop()
-        self.cluster = Cluster(spec)
+        self.cluster = cluster
         return self.cluster
 
     def stop(self) -> None:
@@ -275,7 +296,10 @@ class MWMagics(Magics):
                 return
             cluster = self.session.cluster_for(spec)
             if not cluster.started:
-                cluster.start_background()
+                try:
+                    cluster.start_background()
+                except ConfigError as exc:  # the teacher's caps
+                    raise UsageError(str(exc)) from None
                 print(f"mwnotebook: starting {cluster.spec.workers} workers in the background; the next "
                       "%%mwtrain with the same options uses them")
             return
@@ -284,10 +308,14 @@ class MWMagics(Magics):
             here = running is not None and running.spec.coordinator == "notebook" and running.started
             self.session.stop()
             print(notebook_coordinator.stop_note() if here else "mwnotebook: all workers stopped")
+        elif ns.action == "status" and running is None:
+            print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
+            self._print_caps(None)
         elif running is None:
             print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
         elif ns.action == "status":
             publish_display_data(status_bundle(running.status(), running.devices()))
+            self._print_caps(running)
             job = running.scheduler_status()
             if job:
                 print(f"mwnotebook: Slurm job {job['job_id']} ({job['state']}) on {', '.join(job['nodes']) or '-'}")
@@ -296,6 +324,15 @@ class MWMagics(Magics):
         elif ns.action == "restart":
             moved = running.restart()
             print(f"mwnotebook: restarted {running.spec.workers} workers" + "".join(f"; {m}" for m in moved))
+
+
+    def _print_caps(self, running: Cluster | None) -> None:
+        """The teacher's caps under the status, with what this user runs against them."""
+        caps = running.caps if running is not None else self.session.caps()
+        text = caps_text(caps, running.thread_defaults if running is not None else {},
+                         running_summary(caps))
+        if text:
+            print(text)
 
 
 def start_notebook_coordinator(session: NotebookSession, spec: ClusterSpec) -> None:
@@ -318,7 +355,10 @@ def start_notebook_coordinator(session: NotebookSession, spec: ClusterSpec) -> N
               "keeps listening, and its strategy, coordinator and variables must not be touched again "
               "(that crashed the process in our measurements)", file=sys.stderr)
     cluster = session.cluster_for(spec)
-    cluster.start()
+    try:
+        cluster.start()
+    except ConfigError as exc:  # the teacher's caps
+        raise UsageError(f"%mwcluster start: {exc}") from None
     print(cluster.notebook_notice, file=sys.stderr)
 
 
