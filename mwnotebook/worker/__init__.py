@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from mwnotebook.worker._evaluator import sidecar_evaluate
 from mwnotebook.worker._keras import keras_callback
-from mwnotebook.worker._ps import coordinator, ps_strategy
+from mwnotebook.worker._ps import NotAParameterServerCluster, coordinator, ps_strategy
 from mwnotebook.worker._report import flush, report
 from mwnotebook.worker._roles import is_chief, save_path, task_index, task_type
-from mwnotebook.worker._strategy import global_batch, num_replicas, strategy, visible_devices
+from mwnotebook.worker._strategy import StrategyError, global_batch, num_replicas, strategy, visible_devices
 
-__all__ = ["auto_keras_callback", "coordinator", "flush", "global_batch", "is_chief", "keras_callback",
-           "num_replicas", "ps_strategy", "report", "save_path", "sidecar_evaluate", "strategy", "task_index",
-           "task_type", "visible_devices"]
+__all__ = ["NotAParameterServerCluster", "StrategyError", "auto_keras_callback", "coordinator", "flush",
+           "global_batch", "is_chief", "keras_callback", "num_replicas", "ps_strategy", "report", "save_path",
+           "sidecar_evaluate", "strategy", "task_index", "task_type", "visible_devices"]
 
 
 def auto_keras_callback(enabled: bool = True) -> None:

@@ -108,3 +108,20 @@ def test_every_error_of_the_notebook_side_is_exported() -> None:
         assert getattr(mwnotebook, name).__name__ == name
     api = (ROOT / "docs" / "reference" / "api.md").read_text()
     assert [e for e in errors if f"### `{e}`" not in api] == []
+
+
+#: Raised and caught inside a worker (a custom loop's dropped record), never seen by the user.
+INTERNAL = {"DroppedValue"}
+
+
+def test_every_worker_side_error_is_exported_or_named_in_the_failures_page() -> None:
+    import mwnotebook.worker
+
+    classes = _error_classes()
+    errors = {name for name, (path, bases) in classes.items() if path.startswith(WORKER_SIDE)
+              and any(b.endswith(("Error", "Exception")) for b in bases)} - INTERNAL
+    assert {"StrategyError", "WrongStrategyForCluster"} <= errors  # the scan sees both folders
+    page = (ROOT / "docs" / "guide" / "failures-and-restarts.md").read_text()
+    assert [e for e in sorted(errors) if f"`{e}`" not in page] == []
+    exported = set(mwnotebook.worker.__all__)
+    assert [e for e in sorted(errors) if classes[e][0].startswith("mwnotebook/worker/") and e not in exported] == []
