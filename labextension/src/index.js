@@ -1,6 +1,10 @@
 // The clusters panel: every running mwnotebook cluster and its workers, from the server extension's
 // REST API (mwnotebook/server/handlers.py), with interrupt, restart, stop and "open the notebook".
 // Works in JupyterLab 4 and Notebook 7 (both have a left area and the same services).
+// Each cluster is the state document whose shape is written down once in mwnotebook/registry/document.py
+// (ClusterDocument: id, owner, engine, hosts, state, cell, last_error, workers[] with index, role, task,
+// host, pid, state, tf_config, last_error), plus what mwnotebook/server/service.py adds to each:
+// notebook, uptime, and each worker's cpu_percent and memory_bytes (null for a worker on another machine).
 import { ICommandPalette, Clipboard, showDialog, Dialog } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';

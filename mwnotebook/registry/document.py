@@ -1,8 +1,9 @@
 """The state document a running cluster publishes, written down once: its shape and its pure parts.
 
 One shape for every reader: the kernel writes it (registry/publication.py), the Jupyter server
-extension reads it and adds its view fields (server/service.py ``ClusterView``), and the clusters
-panel's JavaScript shows it (labextension/src/index.js names this module). Nothing here has a
+extension reads it, drops ``control`` and adds ``notebook``, ``uptime`` and each worker's
+``cpu_percent`` and ``memory_bytes`` (server/service.py ``_view``), and the clusters panel's
+JavaScript shows it (labextension/src/index.js names this module). Nothing here has a
 thread, a file or a process: what the document says about a task is what its launcher stated
 (``local``: ``KernelHandle.on_this_machine``; ``scheduler.owned``: the launcher's ``status()``).
 
