@@ -124,6 +124,19 @@ def test_the_remote_hosts_page_gives_the_codes_figures() -> None:
     assert [f for f in figures if f not in page] == []
 
 
+def test_the_slurm_and_ray_pages_give_the_same_figures() -> None:
+    """The same layers as seen from Slurm (the login node's reaper, the agents) and Ray (--ray-ssh)."""
+    from mwnotebook.launchers.remote.agent_channel import AGENT_SILENCE_LIMIT
+    from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL
+    from mwnotebook.launchers.slurm.job import REAPER_SILENCE_LIMIT
+
+    slurm = " ".join((ROOT / "docs" / "guide" / "slurm.md").read_text().split())
+    assert f"after {REAPER_SILENCE_LIMIT:g} s without a ping" in slurm
+    assert f"each agent ends its kernel after {AGENT_SILENCE_LIMIT:g} s without one" in slurm
+    ray = " ".join((ROOT / "docs" / "guide" / "ray.md").read_text().split())
+    assert f"a silent network is noticed in {KEEPALIVE_INTERVAL * (KEEPALIVE_COUNT_MAX + 1):g} s" in ray
+
+
 def test_the_worker_api_page_says_what_mw_strategy_defaults_to() -> None:
     from mwnotebook.frontend.notebook.magics import mwtrain_parser
     from mwnotebook.worker._strategy import _resolve_collective, strategy
