@@ -48,7 +48,8 @@ def _role_text(match: re.Match[str]) -> str:
 
 def markdown_of(doc: str) -> str:
     """A reST docstring as Markdown: ``x`` and :role:`x` become `x`, a ``::`` block a fenced block."""
-    lines = inspect.cleandoc(doc).splitlines()
+    # ``literal`` first over the whole text: a literal may run over a line break
+    lines = _LITERAL.sub(lambda m: f"`{m.group(1)}`", inspect.cleandoc(doc)).splitlines()
     out: list[str] = []
     i = 0
     while i < len(lines):
