@@ -114,9 +114,10 @@ status=0
 # (pytest-benchmark, where a machine has it, warns under xdist; the suite has no benchmark tests.)
 python3 -m pytest -p no:benchmark -n "${MWNOTEBOOK_TEST_PROCESSES:-3}" --dist loadgroup --no-loadscope-reorder -ra --durations=20 "$@" \
   || status=$?
-# The docs site (docs/_build/html), after the suite: its lesson gallery renders the executed lesson
-# copies the suite saved in artifacts/; a failed lesson, a missing chart picture or a broken reference
-# fails the run. Only after the whole suite (no pytest arguments): a part of it saves only some copies.
+# The docs site (docs/_build/html), after the whole suite (no pytest arguments): its lesson pages are the
+# executed copies committed in notebooks/executed/ (python tools/refresh_lessons.py makes them from the
+# copies the lesson tests save in artifacts/); a failed lesson, a missing chart picture or a broken
+# reference fails the run.
 docs=0
 if [ "$#" -eq 0 ]; then bash tools/docs.sh --no-execute || docs=$?; fi
 if [ "$docs" -ne 0 ]; then
