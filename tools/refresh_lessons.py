@@ -66,6 +66,8 @@ PANEL = (720, 320)
 THUMB_WIDTH = 320
 #: a drawn curve in the chart's SVG (mwnotebook/frontend/chart/svg.py); a chart without one is empty
 LINE = "<polyline"
+#: each lesson test's bound (pytest-timeout), seconds
+TEST_TIMEOUT_S = 1200
 
 
 @dataclass
@@ -82,7 +84,10 @@ def run_test(test: str, logs: Path) -> tuple[bool, str]:
     log_file = logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", test)[-120:] + ".log")
     started = time.monotonic()
     with log_file.open("w") as out:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:benchmark", "-q", "-rs", test],
+        # a hang bound, not a timing: the slowest lesson test (Ray's, with its test cluster) took 185 s
+        # under load 9; pytest-timeout ends the test and its fixtures stop what they started
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:benchmark", "-q", "-rs",
+                               f"--timeout={TEST_TIMEOUT_S}", test],
                               cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False,
                               env=dict(os.environ, MWNOTEBOOK_NO_SKIPS="1"))
     tail = "\n".join(log_file.read_text(errors="replace").strip().splitlines()[-12:])
