@@ -249,6 +249,9 @@ def checklist(*, report: InputBoundReport | None = None, model: Any = None,
 
 @dataclass(frozen=True)
 class ProfileReport:
+    """What :func:`profile` found: the input-bound measurement and the checklist's items; printed, one
+    line each."""
+
     input: InputBoundReport
     items: list[CheckItem] = field(default_factory=list)
 

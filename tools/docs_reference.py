@@ -20,7 +20,7 @@ import inspect
 import re
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +106,26 @@ def signature_of(obj: Callable[..., Any], name: str, *, drop_self: bool = False)
             star_done = True
         if p.kind is p.VAR_POSITIONAL:
             star_done = True
-        text = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
+        stars = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
+        text = stars + p.name
         annotation = _annotation(p.annotation)
         if annotation:
             text += f": {annotation}"
         if p.default is not p.empty:
-            text += f" = {p.default!r}" if annotation else f"={p.default!r}"
+            default = _default_text(obj, p.name, p.default)
+            text += f" = {default}" if annotation else f"={default}"
         parts.append(text)
     result = _annotation(sig.return_annotation)
     return f"{name}({', '.join(parts)})" + (f" -> {result}" if result else "")
+
+
+def _default_text(obj: Any, name: str, default: Any) -> str:
+    """A default as the source means it: a dataclass field's ``default_factory`` shown by what it makes."""
+    if repr(default) == "<factory>" and dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            if f.name == name and f.default_factory is not dataclasses.MISSING:
+                return repr(f.default_factory())
+    return repr(default)
 
 
 def field_comments(cls: type) -> dict[str, str]:
@@ -157,7 +168,7 @@ def class_entry(module: str, name: str, cls: type) -> list[str]:
     if bases:
         out += [f"Bases: {', '.join(f'`{b}`' for b in bases)}", ""]
     own_doc = cls.__dict__.get("__doc__")
-    if own_doc:
+    if own_doc and not (dataclasses.is_dataclass(cls) and own_doc.startswith(f"{cls.__name__}(")):
         out += [markdown_of(own_doc), ""]
     if dataclasses.is_dataclass(cls):
         comments = field_comments(cls)
@@ -304,7 +315,7 @@ The tables below are made from the argparse parsers the magics parse their lines
 options the code accepts. `%load_ext mwnotebook` registers both magics.
 """
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
 
