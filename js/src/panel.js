@@ -202,6 +202,7 @@ export class Panel {
   earlierLabels(u, ctx) {
     const n = this.seriesCount(), {min, max} = u.scales.x, xs = u.data[0];
     this.labelsDrawn = [];
+    const used = [];
     ctx.textAlign = "right";
     this.earlierList.forEach((e, k) => {
       if (!u.series[1 + 2 * n + k].show) return;
@@ -209,9 +210,12 @@ export class Panel {
       let i = col.length - 1;
       while (i >= 0 && (col[i] === undefined || col[i] === null || xs[i] > max)) i--;
       if (i < 0 || xs[i] < min) return;
-      const px = u.valToPos(xs[i], "x", true), py = u.valToPos(col[i], "y", true);
+      const px = u.valToPos(xs[i], "x", true), gap = 11 * devicePixelRatio;
+      let py = u.valToPos(col[i], "y", true) - 4 * devicePixelRatio;
+      while (used.some((y) => Math.abs(y - py) < gap)) py += gap;  // lines that end close: labels apart
+      used.push(py);
       ctx.fillStyle = e.colour.slice(0, 7);
-      ctx.fillText(e.label, px - 3, py - 4 * devicePixelRatio);
+      ctx.fillText(e.label, px - 3 * devicePixelRatio, py);
       this.labelsDrawn.push({label: e.label, x: xs[i], y: col[i]});
     });
     ctx.textAlign = "left";

@@ -207,3 +207,60 @@ def test_the_chart_sink_hands_drawable_earlier_runs_to_its_dashboard_and_gives_i
     made.clear()
     ChartOnFirstMetric(2, factory=FakeDashboard, earlier_runs=[(1, None)])(WorkerMetrics(0, ({"step": 1, "loss": 1},)))
     assert made[0].options == {}, "nothing drawable: the chart is made as before"
+
+
+class _FittingCluster:
+    """Started already; each ``run`` reports a falling loss on two workers, scaled per run."""
+
+    started = True
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, code, on_event=None, timeout=None, max_restarts=None):
+        self.runs += 1
+        for step in range(50):
+            for w in range(2):
+                on_event(WorkerMetrics(w, ({"step": step, "loss": self.runs / (1 + step), "global_loss": 1 / (1 + step)},)))
+        return None
+
+
+def test_mwtrain_keeps_each_runs_snapshot_and_draws_the_earlier_runs_of_the_same_cell(monkeypatch, capsys):
+    from mwnotebook.frontend.notebook import magics
+
+    cluster = _FittingCluster()
+
+    class Session(magics.NotebookSession):
+        def cluster_for(self, spec):
+            return cluster
+
+        def announce(self, running):
+            pass
+
+    charts = []
+
+    def chart(*args, **kw):
+        charts.append(ChartOnFirstMetric(*args, **kw))
+        return charts[-1]
+
+    monkeypatch.setattr(magics, "ChartOnFirstMetric", chart)
+    cell = magics.MWMagics(None, session=Session())
+    for line in ("--workers 2 --cpu", "--workers 2 --cpu", "--workers 2 --cpu --compare 1 --compare-saved"):
+        cell.mwtrain(line, "model.fit(x)\n")
+    cell.mwtrain("--workers 2 --cpu", "another_cell()\n")
+    runs = cell.session.runs.records()
+    assert [r.chart is not None for r in runs] == [True] * 4, "every run keeps its chart's snapshot"
+    drawn = [[r.number for r in c.dashboard.earlier_runs] for c in charts]
+    assert drawn == [[], [1], [2], []], "the same cell's earlier runs, latest first, at most --compare; not another cell's"
+    assert [c.dashboard.earlier_in_picture for c in charts] == [False, False, True, False]
+    json.dumps([r.chart for r in runs], allow_nan=False)
+
+
+@pytest.mark.parametrize("value", ["-1", "three", "1.5"])
+def test_a_bad_compare_count_is_a_usage_error_naming_it(value):
+    from IPython.core.error import UsageError
+
+    from mwnotebook.frontend.notebook import magics
+
+    with pytest.raises(UsageError, match=f"--compare: '{value}' is not a number of runs"):
+        magics.mwtrain_parser().parse_args(["--workers", "2", "--compare", value])

@@ -23,6 +23,9 @@ class FakeDashboard:
     def show_now(self) -> None:
         pass
 
+    def snapshot(self) -> None:  # what the run history keeps of the chart (frontend/chart/earlier.py)
+        return None
+
 
 class FakeCluster:
     """Started already; ``run`` raises what the test says (as Cluster.run does after a 2nd Ctrl-C)."""
@@ -53,7 +56,7 @@ class FakeSession(magics.NotebookSession):
 def test_the_live_dashboard_is_finished_however_the_run_ends(error: BaseException,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     dashboard = FakeDashboard()
-    monkeypatch.setattr(magics, "ChartOnFirstMetric", lambda workers, lines: dashboard)
+    monkeypatch.setattr(magics, "ChartOnFirstMetric", lambda workers, **options: dashboard)
     cell = magics.MWMagics(None, session=FakeSession(FakeCluster(error)))
     with pytest.raises(type(error)):
         cell.mwtrain("--workers 2 --cpu", "print(1)")

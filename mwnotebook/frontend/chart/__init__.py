@@ -2,7 +2,8 @@
 
 ``series`` (what the chart shows, as plain data), ``svg`` (the picture), ``plotly_figure`` (the
 interactive copy), ``status`` (the per-worker table), ``throttle`` (at most a few frontend updates
-a second), ``static_copy`` (the final bundle a saved notebook renders) and ``live`` (the
+a second), ``static_copy`` (the final bundle a saved notebook renders), ``earlier`` (earlier runs of the cell,
+drawn faintly: a run's snapshot and how it reaches the page) and ``live`` (the
 :class:`~mwnotebook.frontend.chart.live.Dashboard` that ties them to a cell's displays).
 The public path is :mod:`mwnotebook.dashboard`.
 """

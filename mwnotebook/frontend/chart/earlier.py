@@ -35,8 +35,6 @@ log = logging.getLogger(__name__)
 SNAPSHOT_VERSION = 1
 #: Points per metric in a snapshot (the live panel is ~600 pixels wide; a faint line needs its shape).
 SNAPSHOT_POINTS = 200
-#: Earlier runs a chart draws when the magic is not told otherwise (``%%mwtrain --compare N``).
-DEFAULT_COMPARE = 3
 #: The colours of earlier runs, the latest first: greys, so they never look like a worker's line.
 EARLIER_COLOURS = ("#555555", "#7a7a7a", "#9a9a9a", "#b4b4b4")
 

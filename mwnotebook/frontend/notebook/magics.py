@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar, cast
 
 from IPython.core import magic as ipython_magic
@@ -37,14 +37,14 @@ from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.errors import ClusterRunError, ConfigError, MWNotebookError
 from mwnotebook.experiments.collect import RunCollector
-from mwnotebook.experiments.history import Outcome, RunHistory
+from mwnotebook.experiments.history import Outcome, RunHistory, RunRecord, cell_hash
 from mwnotebook.experiments.outlets import Outlets
 from mwnotebook.experiments.store import RunStore, kernel_id
 from mwnotebook.export.job import add_format_argument, export_job
 from mwnotebook.frontend.notebook import late_view
 from mwnotebook.frontend.notebook import runs_view as runs_view
 from mwnotebook.frontend.notebook.keras_choice import KerasChoice
-from mwnotebook.frontend.notebook.live_chart import ChartOnFirstMetric, preload_in_background
+from mwnotebook.frontend.notebook.live_chart import DEFAULT_COMPARE, ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.notebook.views import caps_text, security_notice, status_bundle, tf_config_bundle
 from mwnotebook.frontend.text.relay import TextRelay, WorkerNames
@@ -73,6 +73,12 @@ def mwtrain_parser() -> argparse.ArgumentParser:
                         help="fail the cell if any worker runs longer than this")
     add_restart_argument(parser)
     parser.add_argument("--no-dashboard", action="store_true", help="no live chart, text output only")
+    parser.add_argument("--compare", type=_run_count, default=DEFAULT_COMPARE, metavar="N",
+                        help=(f"draw the last N runs of this cell faintly under the live curves (default "
+                              f"{DEFAULT_COMPARE}; 0: none); the chart's legend shows or hides them"))
+    parser.add_argument("--compare-saved", action="store_true",
+                        help=("keep those earlier runs in the picture the cell keeps when it ends (by default "
+                              "that picture shows this run only)"))
     parser.add_argument("--show-tf-startup", action="store_true",
                         help=("show TensorFlow's start-up notices (CPU features, oneDNN, CUDA driver); "
                               "hidden by default"))
@@ -243,7 +249,8 @@ class MWMagics(Magics):
         kernels = len(spec.layout.cell_tasks())  # a --ps cluster runs the cell in its coordinator only
         names = spec.layout.kernel_names()  # [evaluator], [coordinator]: for the text and the chart
         output = _output_sink(self.shell, kernels, names, ns.show_tf_startup, clears="clear_output" in cell)
-        chart = None if ns.no_dashboard else _chart_sink(spec, names)
+        chart = None if ns.no_dashboard else _chart_sink(
+            spec, names, self.session.runs.earlier_runs(cell_hash(cell), ns.compare), ns.compare_saved)
         measured = RunCollector()  # the run history's copy of every metric record, whatever the end
         on_event = _fan_out(*([chart] if chart is not None else []), output, measured)
         late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
@@ -272,7 +279,7 @@ class MWMagics(Magics):
             run = self.session.runs.record(
                 line=line, cell=cell, started=started, workers=kernels, hosts=_hosts(cluster),
                 outcome=outcome, error=error, metrics=measured.records, restarts=measured.restarts,
-                chart=None,
+                chart=chart.snapshot() if chart is not None else None,
                 options=_set_options(ns), tasks=_tasks(cluster))
             runs_view.after_run(self.shell, self.session.runs, run.number, outlets)
         self.session.last_result = result
@@ -373,12 +380,26 @@ def _output_sink(shell: Any, num_workers: int, names: WorkerNames, show_startup:
                      num_workers=num_workers, names=names)
 
 
-def _chart_sink(spec: ClusterSpec, names: WorkerNames) -> ChartOnFirstMetric:
-    """The cell's live chart; under --ps with a line per worker server too (frontend/chart/lines.py)."""
+def _chart_sink(spec: ClusterSpec, names: WorkerNames, earlier: Sequence[RunRecord] = (),
+                earlier_in_picture: bool = False) -> ChartOnFirstMetric:
+    """The cell's live chart; under --ps with a line per worker server too (frontend/chart/lines.py);
+    ``earlier``: the cell's earlier runs (latest first), drawn faintly from their chart snapshots."""
     from mwnotebook.frontend.chart.lines import chart_lines  # the chart's modules load on first use
 
     lines = chart_lines(spec.layout, names)
-    return ChartOnFirstMetric(lines.kernels, lines=lines)
+    return ChartOnFirstMetric(lines.kernels, lines=lines, earlier_runs=[(r.number, r.chart) for r in earlier],
+                              earlier_in_picture=earlier_in_picture)
+
+
+def _run_count(text: str) -> int:
+    """``--compare N``: a whole number of runs, 0 or more."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of runs: give 0 (none) or more, e.g. --compare 3")
+    return count
 
 
 def _outlets(ns: argparse.Namespace) -> Outlets:
