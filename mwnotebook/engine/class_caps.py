@@ -36,8 +36,8 @@ log = logging.getLogger(__name__)
 
 LOCK_NAME = "caps.lock"
 CLAIM_PREFIX = "claim-"
-HOW_TO_STOP = ("`%mwcluster stop` in that notebook (`cluster.stop()` where the Python API started it), or its "
-               "Stop button in the clusters panel (JupyterLab's left side bar)")
+HOW_TO_STOP = ("`%mwcluster stop` in that notebook (`cluster.stop()` where the Python API started it, Ctrl-C "
+               "for `mwnotebook run`), or its Stop button in the clusters panel (JupyterLab's left side bar)")
 
 
 class CapExceeded(ConfigError):
@@ -132,10 +132,11 @@ def running_clusters(directory: Path, exclude: Collection[str] = ()) -> list[Run
             continue
         if published.get(pid, -1.0) >= float(claim.get("created") or 0.0):
             continue  # its cluster's state file is out: counted above
-        found.append(RunningCluster("(starting)", int(claim.get("tasks") or 0), bool(claim.get("local")), pid,
+        found.append(RunningCluster(str(claim.get("cluster") or "(starting)"), int(claim.get("tasks") or 0),
+                                    bool(claim.get("local")), pid,
                                     _where({"pid": pid, "session_name": claim.get("session_name"),
                                             "kernel_id": claim.get("kernel_id"), "argv0": claim.get("argv0")}),
-                                    "starting"))
+                                    str(claim.get("state") or "starting")))
     return found
 
 
@@ -222,13 +223,14 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def admit(caps: ClassCaps, spec: ClusterSpec, *, directory: Path | None = None, exclude: Collection[str] = (),
-          owner: Mapping[str, Any] | None = None) -> Claim:
+          owner: Mapping[str, Any] | None = None, unpublished: str | None = None) -> Claim:
     """Check a start of ``spec`` against the caps and claim its tasks; raise :class:`CapExceeded`.
 
     ``exclude``: ids of clusters this start replaces (this kernel's running cluster of other
     options) or that are this cluster itself; ``owner``: who claims (mwnotebook/registry/owner.py
-    ``this_owner``, for the other kernels' messages). Without a task or memory cap: nothing is read
-    and the claim is empty."""
+    ``this_owner``, for the other kernels' messages); ``unpublished``: what to call a cluster that
+    publishes no state file (``mwnotebook run``), whose claim then stands for it until released.
+    Without a task or memory cap: nothing is read and the claim is empty."""
     if not caps.counts_running:
         return Claim(None)
     where = directory if directory is not None else state.registry_dir()
@@ -246,7 +248,8 @@ def admit(caps: ClassCaps, spec: ClusterSpec, *, directory: Path | None = None, 
         state.write_state(path, {
             "version": state.VERSION, "pid": os.getpid(), "start_time": processes.start_time(os.getpid()),
             "created": time.time(), "tasks": asked, "local": local, "session_name": who.get("session_name"),
-            "kernel_id": who.get("kernel_id"), "argv0": who.get("argv0")})
+            "kernel_id": who.get("kernel_id"), "argv0": who.get("argv0"),
+            "cluster": unpublished or "(starting)", "state": "running" if unpublished else "starting"})
     return Claim(path)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,10 +46,15 @@ def _run(kc: Any, code: str, timeout: float = 120) -> tuple[str, dict[str, Any]]
 
 
 @pytest.fixture
-def two_kernels(tmp_path: Path) -> Iterator[list[tuple[Any, Any]]]:
-    """Two notebook kernels of this user, sharing a runtime directory of their own, under the cap."""
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "MWNOTEBOOK_MAX_WORKERS": "3",
-           "MWNOTEBOOK_TEMPLATE": "0"}  # fresh interpreters: no TensorFlow needed here
+def env(tmp_path: Path) -> dict[str, str]:
+    """This user's environment under the cap, with a runtime directory (state files) of its own."""
+    return {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "MWNOTEBOOK_MAX_WORKERS": "3",
+            "MWNOTEBOOK_TEMPLATE": "0"}  # fresh interpreters: no TensorFlow needed here
+
+
+@pytest.fixture
+def two_kernels(env: dict[str, str]) -> Iterator[list[tuple[Any, Any]]]:
+    """Two notebook kernels of this user, sharing a runtime directory, under the cap."""
     kernels = []
     try:
         for _ in range(2):
@@ -69,7 +76,8 @@ def _descendants(pid: int) -> set[int]:
     return {p.pid for p in psutil.Process(pid).children(recursive=True)}
 
 
-def test_a_second_notebook_past_the_cap_is_refused_and_starts_nothing(two_kernels: list[tuple[Any, Any]]) -> None:
+def test_a_second_notebook_past_the_cap_is_refused_and_starts_nothing(two_kernels: list[tuple[Any, Any]],
+                                                                     env: dict[str, str], tmp_path: Path) -> None:
     (km_a, kc_a), (km_b, kc_b) = two_kernels
     pid_a, pid_b = km_a.provisioner.pid, km_b.provisioner.pid
     text, reply = _run(kc_a, CELL)
@@ -94,6 +102,19 @@ def test_a_second_notebook_past_the_cap_is_refused_and_starts_nothing(two_kernel
     text, reply = _run(kc_b, CELL)
     assert reply["status"] == "ok", (text, reply)
     assert "ran 0" in text and "ran 1" in text
+
+    # the command is held to the same cap, and names the notebook that runs
+    script = tmp_path / "script.py"
+    script.write_text("print('script ran')\n")
+    command = [sys.executable, "-m", "mwnotebook.frontend.cli.command", "run", "--workers", "2", "--no-report"]
+    run = subprocess.run([*command, str(script)], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode != 0 and "script ran" not in run.stdout, (run.stdout, run.stderr)
+    assert "MWNOTEBOOK_MAX_WORKERS=3" in run.stderr and f"a notebook kernel (pid {pid_b}): 2 tasks" in run.stderr
+
+    # a cell of other options replaces the kernel's 2 workers: they are not counted beside its 3
+    text, reply = _run(kc_b, CELL.replace("--workers 2", "--workers 3"))
+    assert reply["status"] == "ok", (text, reply)
+    assert "ran 2" in text
 
 
 THREADS = """

@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from mwnotebook.config.class_caps import ClassCaps
 from mwnotebook.config.options import add_cluster_arguments, add_restart_argument, seconds, spec_from_options
 from mwnotebook.errors import (
     ConfigError,
@@ -150,13 +152,23 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     # The command owns its event loop (no background thread): signals are handled on it directly,
     # and a ClusterInterrupted never has to cross threads.
     from mwnotebook.engine.async_cluster import AsyncCluster  # keeps `--help` and `export` light
+    from mwnotebook.engine.class_caps import admit
+    from mwnotebook.registry.owner import this_owner
+
+    # The teacher's caps (docs/guide/caps.md), before anything starts: ConfigError/CapExceeded go to main().
+    # The command publishes no state file: its claim stands for its cluster until the run ends.
+    caps = ClassCaps.from_environ(os.environ)
+    claim = admit(caps, spec, owner=this_owner(), unpublished="mwnotebook run")
 
     # The kernels that run the script: the workers, and --evaluator's kernel (labelled [evaluator]).
     observer = RunObserver(len(spec.layout.cell_tasks()), stdout, stderr, names=spec.layout.kernel_names())
     print(f"mwnotebook: starting {spec.workers} workers for {script}", file=stderr, flush=True)
     started = time.monotonic()
-    outcome = asyncio.run(drive(AsyncCluster(spec), code, script_preamble(script, args), observer,
-                                 ns.timeout, stderr))
+    try:
+        outcome = asyncio.run(drive(AsyncCluster(spec, caps=caps), code, script_preamble(script, args), observer,
+                                     ns.timeout, stderr))
+    finally:
+        claim.release()
     observer.flush()
     elapsed = time.monotonic() - started
     if report is not None:
