@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import re
@@ -29,6 +30,9 @@ REFERENCE = ROOT / "docs" / "reference"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 sys.path.insert(0, str(ROOT / "tools"))
+
+#: Columns the options' usage lines are wrapped to (argparse's own default in an 80-column terminal).
+USAGE_WIDTH = 78
 
 GENERATED = "<!-- Made by tools/docs_reference.py from the code; do not edit (run it again). -->"
 
@@ -244,6 +248,9 @@ def options_section(target: str, subcommand: str | None = None) -> list[str]:
     from mw_options import load_parser, option_rows
 
     parser = load_parser(target, subcommand)
+    # A fixed width: argparse wraps the usage to the terminal's (COLUMNS), and the page must not
+    # depend on where it is made.
+    parser.formatter_class = functools.partial(parser.formatter_class, width=USAGE_WIDTH)
     usage = parser.format_usage().strip().removeprefix("usage: ")
     out = ["```text", usage, "```", ""]
     if parser.description:
