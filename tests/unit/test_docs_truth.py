@@ -153,3 +153,23 @@ def test_guide_pages_link_only_to_existing_pages(page: str) -> None:
     text = (ROOT / "docs" / "guide" / page).read_text()
     targets = re.findall(r"\]\(((?:\.\./)?[\w/.-]+\.md)(?:#[\w-]*)?\)", text)
     assert [t for t in targets if not (ROOT / "docs" / "guide" / t).resolve().exists()] == []
+
+
+def test_every_mw_call_and_module_the_guide_names_exists() -> None:
+    """``mw.x(...)`` is in ``mwnotebook.worker.__all__``; ``mwnotebook.a.b`` imports (or is an attribute)."""
+    import importlib
+
+    import mwnotebook.worker
+
+    text = "\n".join(page.read_text() for page in PAGES)
+    calls = set(re.findall(r"\bmw\.([a-z_]+)\(", text))
+    assert "strategy" in calls and [c for c in sorted(calls) if c not in mwnotebook.worker.__all__] == []
+    missing = []
+    for dotted in sorted(set(re.findall(r"\bmwnotebook\.([a-z_]+(?:\.[a-z_]+)*)", text))):
+        try:
+            importlib.import_module(f"mwnotebook.{dotted}")
+        except ImportError:
+            parent, _, attr = f"mwnotebook.{dotted}".rpartition(".")
+            if not hasattr(importlib.import_module(parent), attr):
+                missing.append(dotted)
+    assert missing == []
