@@ -33,11 +33,29 @@ PROBE_SECONDS = 5.0
 _STATUS = {"ok": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 
 
+def installed(name: str) -> bool:
+    """Whether ``name`` can be imported here, without importing it."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses it; a module left as None in sys.modules
+        return False
+
+
 def require() -> None:
     """A clear error before anything starts when ``--mlflow`` is asked for but MLflow is missing."""
-    if importlib.util.find_spec("mlflow") is None:
+    if not installed("mlflow"):
         raise ConfigError("--mlflow needs MLflow's client, which is not installed in this kernel's Python: "
                           "pip install 'mwnotebook[mlflow]' (or mlflow-skinny), then restart the kernel")
+
+
+def tracking_uri() -> str:
+    """Where MLflow logs from this kernel (``MLFLOW_TRACKING_URI`` or MLflow's default)."""
+    try:
+        import mlflow
+
+        return str(mlflow.get_tracking_uri())
+    except Exception:  # only for a message
+        return os.environ.get("MLFLOW_TRACKING_URI", "MLflow's default store")
 
 
 def metric_key(folder: str, tag: str) -> str:

@@ -4,7 +4,6 @@ sends it again (the run stays in the history, nothing measured is lost)."""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import shlex
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ class Outlets:
         if self.tensorboard is not None:
             if not self.tensorboard.strip():
                 raise ConfigError("--tensorboard needs a directory: --tensorboard DIR")
-            if importlib.util.find_spec("tensorboard") is None:
+            if not mlflow_log.installed("tensorboard"):
                 raise ConfigError("--tensorboard needs the tensorboard package, which is not installed in "
                                   "this kernel's Python: pip install 'mwnotebook[tensorboard]' (TensorFlow "
                                   "itself is not loaded for it), then restart the kernel")
@@ -76,7 +75,7 @@ def send(history: RunHistory, number: int, outlets: Outlets) -> tuple[RunRecord,
             logged["mlflow"] = mlflow_log.log_run(record, metrics, outlets.mlflow)
         except Exception as exc:
             log.debug("MLflow logging failed", exc_info=True)
-            missed.append(f"MLflow ({_reason(exc)})")
+            missed.append(f"MLflow at {mlflow_log.tracking_uri()} ({_reason(exc)})")
             failed = Outlets(tensorboard=failed.tensorboard, mlflow=outlets.mlflow)
     record = history.update(number, logged=logged, not_logged=tuple(missed))
     if not missed:

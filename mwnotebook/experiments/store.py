@@ -1,7 +1,7 @@
 """Where a kernel's run history lives on disk: ``<Jupyter runtime dir>/mwnotebook/runs-<kernel id>/``.
 
-Keyed by the kernel's id, which a kernel restart keeps (the connection file ``kernel-<id>.json``
-stays), so the restarted kernel lists the runs of its session again. The directory is 0700 and
+Keyed by the kernel's id, which a kernel restart keeps (its connection file ``kernel-<id>.json``
+stays; see :func:`kernel_id`), so the restarted kernel lists the runs of its session again. The directory is 0700 and
 every file 0600: ``runs.jsonl`` gets one line per run or change of a run (the last line of a number
 wins; appending keeps a cell's cost flat however long the history grows), ``metrics-<n>.json`` the
 metric records of run ``n`` (written once).
@@ -20,11 +20,13 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 VERSION = 1
-_KERNEL_FILE = re.compile(r"^kernel-([0-9A-Za-z_-]{1,64})\.json$")
+_KERNEL_FILE = re.compile(r"^(?:kernel-)?([0-9A-Za-z_-]{1,64})\.json$")
 
 
 def kernel_id(connection_file: str) -> str | None:
-    """The kernel's id from its connection file's name (``kernel-<id>.json``), or None."""
+    """The kernel's id from its connection file's name: ``kernel-<id>.json`` as a Jupyter server names
+    it; a kernel started by jupyter_client alone (nbclient, a test) has a temporary name, which its
+    restarts keep as well. None for a name that is neither."""
     match = _KERNEL_FILE.match(os.path.basename(connection_file))
     return match.group(1) if match else None
 

@@ -86,4 +86,5 @@ def test_an_unwritable_store_keeps_the_run_in_memory(tmp_path: Path) -> None:
 
 def test_kernel_id_from_the_connection_file() -> None:
     assert kernel_id("/run/user/0/jupyter/kernel-3f2a-99.json") == "3f2a-99"
-    assert kernel_id("/tmp/other.json") is None
+    assert kernel_id("/tmp/tmpnjvp7hfe.json") == "tmpnjvp7hfe"  # jupyter_client alone (nbclient)
+    assert kernel_id("/tmp/a b.json") is None and kernel_id("/tmp/kernel.txt") is None
