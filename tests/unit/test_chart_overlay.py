@@ -264,3 +264,19 @@ def test_a_bad_compare_count_is_a_usage_error_naming_it(value):
 
     with pytest.raises(UsageError, match=f"--compare: '{value}' is not a number of runs"):
         magics.mwtrain_parser().parse_args(["--workers", "2", "--compare", value])
+
+
+def test_many_earlier_runs_of_many_metrics_are_thinned_to_keep_the_first_message_small():
+    from mwnotebook.frontend.chart.earlier import OVERLAY_POINTS, EarlierLine
+
+    xs = tuple(float(i) for i in range(200))
+    lines = tuple(EarlierLine(f"metric{m}", "step", xs, tuple(1.0 / (1 + x) for x in xs)) for m in range(10))
+    runs = [EarlierRun(n, lines) for n in (5, 4, 3)]  # 6,000 points
+    header, data = overlay_state(runs)
+    sizes = [n for _, lines in header for _, _, n in lines]
+    assert sum(sizes) <= OVERLAY_POINTS and min(sizes) == max(sizes) == 100, sizes
+    assert len(data) == 8 * sum(sizes) <= 24_000
+    values = np.frombuffer(data, dtype=np.float32)
+    assert values[0] == 0.5 and values[99] == 198.5, "groups of two averaged, the line's span kept"
+    small = overlay_state(runs[:1], budget=10_000)[0]
+    assert [n for _, _, n in small[0][1]] == [200] * 10, "within the budget nothing is thinned"

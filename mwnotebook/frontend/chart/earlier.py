@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 SNAPSHOT_VERSION = 1
 #: Points per metric in a snapshot (the live panel is ~600 pixels wide; a faint line needs its shape).
 SNAPSHOT_POINTS = 200
+#: Points of all earlier runs together in the widget's first message (float32 x and y: ~8 bytes each),
+#: e.g. 3 runs of 5 metrics at 200 points; the chart's module itself is ~70 kB of a ~100 kB budget.
+OVERLAY_POINTS = 3000
+#: A thinned line keeps at least this many points (its shape, roughly).
+MIN_LINE_POINTS = 20
 #: The colours of earlier runs, the latest first: greys, so they never look like a worker's line.
 EARLIER_COLOURS = ("#555555", "#7a7a7a", "#9a9a9a", "#b4b4b4")
 
@@ -151,16 +156,23 @@ def earlier_colour(rank: int) -> str:
     return EARLIER_COLOURS[min(rank, len(EARLIER_COLOURS) - 1)]
 
 
-def overlay_state(runs: Sequence[EarlierRun]) -> tuple[list[Any], bytes]:
+def overlay_state(runs: Sequence[EarlierRun], budget: int = OVERLAY_POINTS) -> tuple[list[Any], bytes]:
     """What the widget's synced state carries: a header ``[[number, [[metric, axis, n], ...]], ...]``
-    and one float32 buffer holding, line after line, its n x values then its n y values (NaN: a gap)."""
+    and one float32 buffer holding, line after line, its n x values then its n y values (NaN: a gap).
+    At most about ``budget`` points in all: beyond it each line is thinned in the same proportion
+    (equal groups averaged), so the widget's first message stays small with many runs or metrics."""
+    total = sum(len(line.x) for run in runs for line in run.lines)
+    share = min(1.0, budget / total) if total else 1.0
     header: list[Any] = []
     floats: list[float] = []
     for run in runs:
-        header.append([run.number, [[line.metric, line.axis, len(line.x)] for line in run.lines]])
+        sizes = []
         for line in run.lines:
-            floats.extend(line.x)
-            floats.extend(line.y)
+            xs, ys = reduce_points(line.x, line.y, max(MIN_LINE_POINTS, int(len(line.x) * share)))
+            sizes.append([line.metric, line.axis, len(xs)])
+            floats.extend(xs)
+            floats.extend(ys)
+        header.append([run.number, sizes])
     return header, np.asarray(floats, dtype=np.float32).tobytes()
 
 

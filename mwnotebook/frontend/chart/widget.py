@@ -3,9 +3,9 @@
 Why anywidget: it is a widget on the standard Jupyter widget protocol that JupyterLab 4,
 Notebook 7 and VS Code all render through their ipywidgets manager, with no JupyterLab extension
 of our own to build, install and keep in step with each front end's version. Its ``_esm`` is an ES
-module sent with the widget (anywidget sends the text with every instance; ours is ~65 kB
-minified, uPlot included, well under the 100 kB first-message budget; plotly's ``FigureWidget``
-sent ~5 MB). Why uPlot: ~50 kB, MIT, draws thousands of points on a canvas in a few
+module sent with the widget (anywidget sends the text with every instance; ours is ~70 kB
+minified, uPlot included, under the 100 kB first-message budget with the earlier runs' ~24 kB at
+most; plotly's ``FigureWidget`` sent ~5 MB). Why uPlot: ~50 kB, MIT, draws thousands of points on a canvas in a few
 milliseconds, and does drag-zoom and cursor read-outs itself; what it lacks (smoothing, epoch marks,
 a shared legend, the view state for tests) is ``js/src``.
 
