@@ -26,7 +26,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +43,11 @@ CLASS_CAP = 2
 #: How often the single-user servers report activity to the hub and the hub polls the proxy's
 #: routes (s). JupyterHub's defaults are 300 s each; short here so a test sees what the hub sees.
 ACTIVITY_INTERVAL = 5
+#: The single-user server's own culling (Jupyter Server's kernel culler, which never culls a busy
+#: kernel) for the last student of :func:`start_hub`: idle kernels after 5 s, looked for every 2 s
+#: (docs/guide/teaching.md recommends an hour).
+INSIDE_CULLING = ["--MappingKernelManager.cull_idle_timeout=5", "--MappingKernelManager.cull_interval=2",
+                  "--MappingKernelManager.cull_busy=False"]
 
 
 def _free_port() -> int:
@@ -229,6 +233,8 @@ class Hub:
     process: subprocess.Popen[bytes]
     log_path: Path
     students: list[Student] = field(default_factory=list)
+    #: The token of the hub's "idle-culler" service (its role: what jupyterhub-idle-culler needs).
+    culler_token: str = ""
 
     # -- HTTP ---------------------------------------------------------------------------------------
     def request(self, method: str, path: str, token: str | None = None, body: Any = None,
@@ -359,7 +365,8 @@ def remove_user(name: str) -> None:
     subprocess.run(["userdel", "--remove", name], capture_output=True, text=True)
 
 
-def _config(port: int, hub_port: int, proxy_api_port: int, root: Path, token: str, names: Iterable[str]) -> str:
+def _config(port: int, hub_port: int, proxy_api_port: int, root: Path, token: str, culler_token: str,
+            names: list[str]) -> str:
     venv = HUB_VENV
     return f"""\
 # tests/_shared/hub.py: one JupyterHub for the hub tier
@@ -387,31 +394,44 @@ c.Spawner.environment = {{
     "PATH": "{venv}/bin:/usr/local/bin:/usr/bin:/bin",
 }}
 c.JupyterHub.last_activity_interval = {ACTIVITY_INTERVAL}
+
+
+def _inside_culling(spawner):  # the last student's server culls its own idle kernels
+    if spawner.user.name == {names[-1]!r}:
+        spawner.args = {INSIDE_CULLING!r}
+
+
+c.Spawner.pre_spawn_hook = _inside_culling
+# the tests' admin service, and jupyterhub-idle-culler's (run by the test that needs it, not by the hub)
 c.JupyterHub.services = [
     {{"name": "mwtest", "api_token": {token!r}}},
+    {{"name": "idle-culler", "api_token": {culler_token!r}}},
 ]
 c.JupyterHub.load_roles = [
     {{"name": "mwtest", "services": ["mwtest"],
       "scopes": ["admin:users", "admin:servers", "tokens", "list:users", "read:users:activity"]}},
+    {{"name": "idle-culler", "services": ["idle-culler"],
+      "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]}},
 ]
 """
 
 
 def start_hub(root: Path, names: list[str]) -> Hub:
     """Make the students ``names`` (system users) and start a hub that allows them, in ``root``;
-    wait until its API answers. Stop it all with :meth:`Hub.close`."""
+    wait until its API answers. The last student's server culls its own idle kernels
+    (:data:`INSIDE_CULLING`). Stop it all with :meth:`Hub.close`."""
     students = [Student(name, add_user(name)) for name in names]
     port, hub_port, proxy_api_port = _free_port(), _free_port(), _free_port()
-    token = secrets.token_hex(32)
+    token, culler_token = secrets.token_hex(32), secrets.token_hex(32)
     config = root / "jupyterhub_config.py"
-    config.write_text(_config(port, hub_port, proxy_api_port, root, token, names))
+    config.write_text(_config(port, hub_port, proxy_api_port, root, token, culler_token, names))
     log_path = root / "hub.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "MWNOTEBOOK_MAX"))}
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=root, env=env,
                                    stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     hub = Hub(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{hub_port}/hub/api", token, root, process,
-              log_path, students)
+              log_path, students, culler_token)
     deadline = time.monotonic() + 90
     while True:
         try:

@@ -16,7 +16,8 @@ from tests._shared.modules import require
 
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    """JupyterHub with two students, ``MWNOTEBOOK_MAX_WORKERS=2`` for the class."""
+    """JupyterHub with three students, ``MWNOTEBOOK_MAX_WORKERS=2`` for the class; the third's server
+    culls its own idle kernels (tests/_shared/hub.py ``INSIDE_CULLING``)."""
     if os.geteuid() != 0:
         pytest.skip("the hub tier makes system users and spawns their servers as them: run it as root")
     if not (HUB_VENV / "bin" / "jupyterhub-singleuser").exists():
@@ -25,7 +26,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     if shutil.which("configurable-http-proxy") is None:
         pytest.skip("no configurable-http-proxy: npm install -g configurable-http-proxy (tools/test.sh does)")
     require("jupyterhub", "pip install -e '.[test]'")
-    names = [f"mwst{os.getpid() % 100000}{letter}" for letter in "ab"]
+    names = [f"mwst{os.getpid() % 100000}{letter}" for letter in "abc"]
     try:
         running = start_hub(tmp_path_factory.mktemp("hub"), names)
     except RuntimeError as exc:
@@ -38,4 +39,11 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 
 @pytest.fixture(scope="session")
 def students(hub: Hub) -> list[Student]:
-    return hub.students
+    """The two students with the hub's plain settings."""
+    return hub.students[:2]
+
+
+@pytest.fixture(scope="session")
+def self_culling_student(hub: Hub) -> Student:
+    """The student whose server culls its own idle kernels."""
+    return hub.students[2]

@@ -1,0 +1,128 @@
+"""Idle culling and a training cell, as docs/guide/teaching.md says to set it up.
+
+* jupyterhub-idle-culler (a hub service) reads the hub's last activity, which a cell that trains
+  without printing, its notebook tab closed, does not move (tests/hub/test_hub_stop.py measures
+  it): the culler ends such a server mid-training, and nothing of the student is left.
+* Culling inside the single-user server instead (Jupyter Server's kernel culler, which never
+  culls a busy kernel) keeps the same quiet training cell's kernel and workers for as long as the
+  cell runs, and culls the kernel once the cell has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests._shared.hub import INSIDE_CULLING, Hub, Student, processes_of, record
+from tests._shared.processes import end_processes, is_worker
+from tests._shared.seed_cell import LONG_RUN
+
+pytestmark = [pytest.mark.hub, pytest.mark.tf, pytest.mark.timeout(600)]
+
+#: jupyterhub-idle-culler's --timeout here (s); a class would use an hour or more.
+CULLER_TIMEOUT = 20
+#: How long the quiet cell trains (s): several times the inside culler's 5 s idle timeout.
+QUIET_SECONDS = 20
+QUIET_CELL = f"""%%mwtrain --workers 2
+import time
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+@tf.function
+def step():
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+step()
+print("training", flush=True)
+end = time.monotonic() + {QUIET_SECONDS}
+while time.monotonic() < end:
+    step()
+    time.sleep(0.01)
+"""
+
+
+def wait_no_process(uid: int, bound: float = 60.0) -> list[psutil.Process]:
+    """Wait (a hang bound) until ``uid`` runs nothing; what is left at the end."""
+    deadline = time.monotonic() + bound
+    left = processes_of(uid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = processes_of(uid)
+    return left
+
+
+def test_the_hubs_idle_culler_ends_a_server_whose_cell_trains_quietly_with_no_tab_open(
+        hub: Hub, students: list[Student]) -> None:
+    student = students[0]
+    hub.start_server(student)
+    kernel = hub.kernel(student)
+    culler = None
+    try:
+        assert kernel.execute("%load_ext mwnotebook", timeout=120).status == "ok"
+        started = kernel.execute(f"%%mwtrain --workers 2\n{LONG_RUN}", timeout=300, until="training")
+        assert started.status == "running", started.text[-3000:]
+        kernel.ws.close()  # the student closed the tab; the cell trains on, printing nothing
+        closed = time.monotonic()
+        with open(hub.root / "idle-culler.log", "wb") as log:
+            culler = subprocess.Popen(
+                [sys.executable, "-m", "jupyterhub_idle_culler", f"--url={hub.url}/hub/api",
+                 f"--timeout={CULLER_TIMEOUT}", "--cull-every=5"],
+                env={**os.environ, "JUPYTERHUB_API_TOKEN": hub.culler_token}, stdout=log, stderr=subprocess.STDOUT)
+        hub.wait_stopped(student.name, timeout=180)
+        culled = time.monotonic() - closed
+        left = wait_no_process(student.uid)
+        assert not left, [(p.pid, p.cmdline()) for p in left]
+        record("idle_culler", {"timeout_s": CULLER_TIMEOUT, "cull_every_s": 5,
+                               "server_culled_after_tab_closed_s": round(culled, 1)})
+    finally:
+        if culler is not None:
+            end_processes([psutil.Process(culler.pid)], grace=5)
+            culler.wait(10)
+        kernel.ws.close()
+
+
+def test_culling_inside_the_server_keeps_a_training_kernel_and_culls_it_once_idle(
+        hub: Hub, self_culling_student: Student) -> None:
+    """The server runs with tests/_shared/hub.py ``INSIDE_CULLING`` (idle kernels after 5 s)."""
+    assert "--MappingKernelManager.cull_busy=False" in INSIDE_CULLING
+    student = self_culling_student
+    hub.start_server(student)
+    kernel = hub.kernel(student)
+    try:
+        assert kernel.execute("%load_ext mwnotebook", timeout=120).status == "ok"
+        started = kernel.execute(QUIET_CELL, timeout=300, until="training")
+        assert started.status == "running", started.text[-3000:]
+        workers = {p.pid for p in processes_of(student.uid) if is_worker(p)}
+        assert len(workers) == 2
+        kernel.ws.close()  # no connection: the inside culler now judges the kernel by its state alone
+        path = f"/user/{student.name}/api/kernels/{kernel.id}"
+        since = time.monotonic()
+        busy_for = 0.0
+        while True:  # the cell trains: the kernel stays, busy, with its workers
+            status, model = hub.request("GET", path, token=student.token)
+            assert status == 200, f"the kernel was culled {time.monotonic() - since:.0f} s into a training cell"
+            if model["execution_state"] != "busy":
+                break
+            busy_for = time.monotonic() - since
+            assert workers <= {p.pid for p in processes_of(student.uid)}
+            assert busy_for < QUIET_SECONDS + 120, "the quiet cell never ended"  # a hang bound
+            time.sleep(1)
+        deadline = time.monotonic() + 60  # a hang bound: the culler looks every 2 s for 5 s idle
+        while hub.request("GET", path, token=student.token)[0] == 200:
+            assert time.monotonic() < deadline, "the inside culler never culled the idle kernel"
+            time.sleep(0.5)
+        culled_after_idle = time.monotonic() - since - busy_for
+        deadline = time.monotonic() + 30  # a hang bound: the workers die with their kernel
+        while {p.pid for p in processes_of(student.uid)} & workers:
+            assert time.monotonic() < deadline, "the culled kernel's workers are still running"
+            time.sleep(0.2)
+        record("inside_culling", {"kernel_busy_and_kept_s": round(busy_for, 1),
+                                  "culled_after_idle_s": round(culled_after_idle, 1)})
+    finally:
+        kernel.ws.close()
+        hub.stop_server(student.name)
