@@ -305,15 +305,16 @@ cell: `last_dashboard().dataframe()` has every metric record (lessons 02 and 03 
 
 RECIPES_INTRO = """
 `mwnotebook.recipes`: the global batch, the linear learning-rate scaling with a real warm-up, and the
-input pipeline in the right order, as functions. "The seed" is the two-worker tutorial notebook the
-project started from (lesson 01, `notebooks/01_seed_two_workers.ipynb`); see the
-[glossary](../guide/concepts.md#glossary). The [worker API guide](../guide/worker-api.md) shows them in use.
+input pipeline in the right order, as functions. "The seed" is what the project started from: lesson
+01's two-worker program and a performance recipe stack, which this module follows (see the
+[glossary](../guide/concepts.md#glossary)). The [worker API guide](../guide/worker-api.md) shows them in use.
 """
 
 PROFILING_INTRO = """
 `mwnotebook.profiling`: how input-bound a training step is, and the single-device checklist (mixed
-precision, XLA, batch size), measured in a plain process or inside each worker. "The seed" is lesson
-01's tutorial program ([glossary](../guide/concepts.md#glossary)); lesson 05 uses this module.
+precision, XLA, batch size), measured in a plain process or inside each worker. "The seed" is what
+the project started from, its performance recipes included ([glossary](../guide/concepts.md#glossary));
+lesson 05 uses this module.
 """
 
 MAGICS_INTRO = """
