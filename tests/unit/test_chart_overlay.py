@@ -280,3 +280,12 @@ def test_many_earlier_runs_of_many_metrics_are_thinned_to_keep_the_first_message
     assert values[0] == 0.5 and values[99] == 198.5, "groups of two averaged, the line's span kept"
     small = overlay_state(runs[:1], budget=10_000)[0]
     assert [n for _, _, n in small[0][1]] == [200] * 10, "within the budget nothing is thinned"
+
+
+def test_a_run_whose_first_line_reported_nothing_is_kept_by_the_line_that_did():
+    dash = Dashboard(3, use_widget=False)  # e.g. a --ps coordinator (line 0) that reports no loss itself
+    for step in range(10):
+        dash(WorkerMetrics(2, ({"step": step, "loss": 1 / (1 + step)},)))
+    dash.finish()
+    [panel] = dash.snapshot()["panels"]
+    assert panel["line"] == "worker 2 (local loss)" and len(panel["x"]) == 10, panel

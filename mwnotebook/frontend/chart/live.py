@@ -140,10 +140,12 @@ class Dashboard:
             names.append(self.lines.series_name(w, "{metric}", error))
         return names
 
-    def _panels(self, max_points: int | None = None, earlier: bool = False) -> list[ChartPanel]:
-        """The run's panels; ``earlier``: with a faint line per earlier run of the cell."""
+    def _panels(self, max_points: int | None = None, earlier: bool = False,
+                lines: int | None = None) -> list[ChartPanel]:
+        """The run's panels; ``earlier``: with a faint line per earlier run of the cell; ``lines``:
+        only the first lines (and the global one)."""
         notes = {key: panel.note for key, panel in self._feed.panels.items()}
-        panels = chart_panels(self._store, self.lines.count, self.metric,
+        panels = chart_panels(self._store, lines or self.lines.count, self.metric,
                               max_points=max_points or self.max_points, names=self._names(), notes=notes)
         return with_earlier(panels, self.earlier_runs, max_points) if earlier else panels
 
@@ -292,7 +294,12 @@ class Dashboard:
         """This run as a later run of the cell draws it (plain JSON, a few kB per metric; ``None``:
         nothing was drawn): what the run history keeps (frontend/chart/earlier.py)."""
         with self._lock:
-            return snapshot(self._panels())  # (then reduced to SNAPSHOT_POINTS by averaging)
+            # the global line, else the first with points: line 0 and the global one are enough
+            # unless a panel has neither (a --ps coordinator reports no loss of its own)
+            panels = self._panels(lines=1)
+            if any(not any(s.x for s in p.series) for p in panels):
+                panels = self._panels()
+            return snapshot(panels)  # (reduced to SNAPSHOT_POINTS by averaging)
 
     @property
     def records(self) -> list[dict[str, Any]]:
