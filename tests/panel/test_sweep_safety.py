@@ -229,3 +229,61 @@ def test_a_killed_owners_local_worker_is_still_ended(directory: Path) -> None:
         assert local.wait(10) == -signal.SIGKILL
     finally:
         ended(local)
+
+
+def dead_owners_file(directory: Path, worker: subprocess.Popen[bytes]) -> Path:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_start = processes.start_time(dead.pid)
+    dead.wait()
+    path = state.state_path(directory, "ba9876543210")
+    state.write_state(path, {"version": state.VERSION, "id": "ba9876543210", "state": "idle",
+                             "owner": {"pid": dead.pid, "start_time": dead_start},
+                             "workers": [{"index": 0, "pid": worker.pid, "local": True,
+                                          "pid_start": processes.start_time(worker.pid)}]})
+    return path
+
+
+def test_a_publications_writer_never_sweeps_other_kernels_files(directory: Path) -> None:
+    """The sweep left the writer thread: a cluster's publication writes its own file only."""
+    from mwnotebook.config.spec import ClusterSpec
+    from mwnotebook.registry.publication import Publication
+
+    class Owner:
+        spec, started = ClusterSpec(workers=1), True
+
+        def status(self) -> list[Any]:
+            return []
+
+        def scheduler_status(self) -> None:
+            return None
+
+        def interrupt(self) -> None: ...
+        def restart(self) -> None: ...
+        def stop(self) -> None: ...
+
+    worker = sleeper()
+    other = dead_owners_file(directory, worker)
+    publication = Publication(Owner(), directory=directory, enabled=True, interval=0.05)
+    try:
+        publication.watch(None)
+        publication.settled()
+        own = publication.path
+        assert own is not None and test_processes.wait_for(lambda: (d := state.read_state(own)) and d["state"] == "idle")
+        assert "orphaned_at" not in (state.read_state(other) or {}) and worker.poll() is None
+    finally:
+        publication.stopped()
+        ended(worker)
+
+
+def test_a_kernel_sweeps_once_when_the_extension_loads(directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    monkeypatch.setattr(orphans, "_swept", threading.Event())  # as in a fresh kernel
+    worker = sleeper()
+    try:
+        other = dead_owners_file(directory, worker)
+        assert orphans.sweep_once(directory) is True
+        assert worker.wait(10) == -signal.SIGKILL  # the dead owner's local worker, by its start time
+        test_processes.wait_for(lambda: (state.read_state(other) or {}).get("state") == "orphaned")
+        assert orphans.sweep_once(directory) is False
+    finally:
+        ended(worker)
