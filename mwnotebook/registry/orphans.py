@@ -40,8 +40,13 @@ ORPHAN_LINGER = 3.0
 
 
 def owner_alive(document: dict[str, Any]) -> bool:
+    """Whether the kernel that published the document still runs. Without its start time the owner
+    counts as alive while any process has its pid: the sweep never acts on a guess."""
     owner = document.get("owner") or {}
-    return processes.is_running(owner.get("pid"), owner.get("start_time"))
+    pid, started = owner.get("pid"), owner.get("start_time")
+    if started is None:
+        return isinstance(pid, int) and pid > 0 and processes.start_time(pid) is not None
+    return processes.is_running(pid, started)
 
 
 def local_processes(document: dict[str, Any]) -> list[tuple[int, int]]:

@@ -161,6 +161,11 @@ def test_a_pid_without_a_start_time_is_never_signalled(directory: Path) -> None:
         document = {"workers": [{"index": 0, "pid": proc.pid, "pid_start": None, "local": True}]}
         assert orphans.local_processes(document) == [] and orphans.end_processes(document) == []
         assert proc.poll() is None
+        # an owner whose start time is unknown counts as alive while its pid runs: no sweep on a guess
+        path = state.state_path(directory, "0123456789ab")
+        owned = {"version": state.VERSION, "owner": {"pid": proc.pid, "start_time": None}, "workers": []}
+        state.write_state(path, owned)
+        assert orphans.owner_alive(owned) and orphans.sweep_one(path, owned) is owned
     finally:
         ended(proc)
 
