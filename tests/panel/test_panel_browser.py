@@ -239,7 +239,7 @@ def test_notebook7_panel_lists_stops_and_cleans_up(browser: Any, notebook7: Lab,
 
 def test_lab_panel_shows_and_stops_a_cluster_started_in_the_background(browser: Any, lab: Lab, artifacts: Path) -> None:
     """``%mwcluster start`` (the warm cluster a teacher starts before class): the panel lists it with
-    its workers and pids once they are ready, and its Stop button ends them (issue 40)."""
+    its workers and pids once they are ready, and its Stop button ends them."""
     name = write_notebook(lab, "warm.ipynb", "%load_ext mwnotebook", "%mwcluster start --workers 2 --cpu")
     owner = open_notebook(browser, lab, name)
     panel = open_notebook(browser, lab, write_notebook(lab, "warm-viewer.ipynb", "1 + 1"))

@@ -1,4 +1,4 @@
-"""Nothing signalled that is not ours (issue 40): the sweep of a dead owner's cluster and the panel's
+"""Nothing signalled that is not ours: the sweep of a dead owner's cluster and the panel's
 interrupt touch only processes of this machine whose start time was recorded, and cancel only a
 Slurm allocation the launcher made.
 

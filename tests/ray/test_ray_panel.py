@@ -1,4 +1,4 @@
-"""A Ray cluster in the clusters panel's registry (issue 40): published as ``ray`` with its workers
+"""A Ray cluster in the clusters panel's registry: published as ``ray`` with its workers
 marked remote, as the Ray launcher's handles state. Its notebook process SIGKILLed, the sweep kills
 nothing from here (the workers' pid numbers are live processes of this machine in this test cluster,
 whose nodes share its pid namespace: on a real cluster they would be unrelated processes), and Ray
