@@ -142,6 +142,12 @@ LESSONS = (
            ("01", "05"), (LOCAL,), 10,
            Result(r"^\s+4\s+1024\s+(?P<steps>[0-9.]+)\s+[0-9]+\s+(?P<speedup>[0-9.]+)x",
                   "4 workers on this machine: {speedup}× the examples/s of one worker ({steps} steps/s)")),
+    Lesson("13_tuning_experiments", "tests/tf/test_lesson_13.py",
+           "tuning a learning rate: the run history (`%mwruns`, `--diff`, `mw_runs`) and the runs in TensorBoard "
+           "(`--tensorboard DIR`)", ("02",), (LOCAL,), 10,
+           Result(rf"^run (?P<best>\d+) has the lowest final loss, (?P<loss>{_FLOAT}): .*LR=(?P<lr>[0-9.]+)",
+                  "three learning rates in one cell's history: LR={lr} ends lowest (loss {loss}); TensorBoard's "
+                  "reader gives back the same final values")),
 )
 
 BY_NAME = {lesson.name: lesson for lesson in LESSONS}
