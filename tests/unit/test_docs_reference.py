@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -125,3 +126,24 @@ def test_every_worker_side_error_is_exported_or_named_in_the_failures_page() -> 
     assert [e for e in sorted(errors) if f"`{e}`" not in page] == []
     exported = set(mwnotebook.worker.__all__)
     assert [e for e in sorted(errors) if classes[e][0].startswith("mwnotebook/worker/") and e not in exported] == []
+
+
+#: Packages whose docstring names every one of their modules (the layout page shows it): a module
+#: added to one of them without a word in the docstring fails. Add a package here once it does.
+NAMES_EVERY_MODULE = ("export", "frontend", "frontend/chart", "frontend/cli", "frontend/notebook", "frontend/text",
+                      "launchers", "launchers/local", "launchers/ray", "launchers/remote", "launchers/slurm",
+                      "launchers/ssh", "processes", "shared")
+
+
+def test_these_package_docstrings_name_every_module() -> None:
+    unnamed = {}
+    for package in NAMES_EVERY_MODULE:
+        folder = ROOT / "mwnotebook" / package
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        named = set(re.findall(r"``([\w/.]+?)(?:\.py)?``", doc))
+        modules = [p.stem for p in folder.glob("*.py") if p.name != "__init__.py"]
+        modules += [f"{p.name}/" for p in folder.iterdir() if (p / "__init__.py").exists()]
+        missing = [m for m in modules if m not in named and m.rstrip("/") not in named]
+        if missing:
+            unnamed[package] = missing
+    assert unnamed == {}, "name these modules in their package's docstring (docs/reference/layout.md shows it)"

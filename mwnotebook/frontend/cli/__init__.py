@@ -1,1 +1,3 @@
-"""The ``mwnotebook`` command: run a script on workers, export it, and its HTML report."""
+"""The ``mwnotebook`` command: its options and subcommands (``command.py``), one run's life and exit
+status (``run_driver.py``), what it prints and keeps of the run (``run_observer.py``) and its HTML
+report (``run_report.py``)."""

@@ -1,1 +1,4 @@
-"""The Jupyter front end: the magics, the cell's output areas, late output, the live chart's placement."""
+"""The Jupyter front end: ``%%mwtrain`` and ``%mwcluster`` (``magics.py``), their renderings
+(``views.py``), worker output in the cell (``output_areas.py``, ``rich_labels.py``), late output's
+cell (``late_view.py``), the chart at the first metric (``live_chart.py``), the notebook's Keras
+(``keras_choice.py``) and ``%mwruns`` (``runs_view.py``)."""

@@ -1,1 +1,4 @@
-"""Workers on other hosts over SSH, with OpenSSH's configuration semantics."""
+"""Workers on other hosts over SSH, with OpenSSH's configuration semantics: the launcher
+(``launcher.py``), OpenSSH's own settings (``config.py`` from ``ssh -G``, ``config_fallback.py``),
+host keys (``known_hosts.py``), the connection (``connect.py``), the agent on an SSH channel
+(``agent.py``) and the kernel handle that names a lost connection (``kernel_handle.py``)."""
