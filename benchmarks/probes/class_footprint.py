@@ -2,6 +2,7 @@
 defaults do to the seed cell on this machine.
 
     python -m benchmarks.probes.class_footprint [--workers 2 4] [--cpu-limit 2] [--reruns 4]
+    python -m benchmarks.probes.class_footprint --alternate 6 [--workers 2 4] [--cpu-limit 2]
 
 For each worker count, side by side in one run: a local cluster without caps and one under
 ``CPU_LIMIT`` (config/class_caps.py ``ClassCaps``; each task's TensorFlow and OpenMP threads default
@@ -9,7 +10,8 @@ to ``floor(CPU_LIMIT / tasks)``, at least 1). Each runs the seed cell (tests/dat
 cold and ``--reruns`` times warm (median), then reports each task's ``tf_Compute`` threads (TensorFlow's
 inter-op pool, named so) and thread variables, and the PSS (``/proc/PID/smaps_rollup``) of the worker
 template and of each worker (with its watchdog child) after the seed cell, and their sum (each
-configuration in a fresh process: one template). The fit of the sums without caps (template + N x task)
+configuration in a fresh process: one template). ``--alternate ROUNDS``: the timing only, with and
+without the share side by side (both clusters alive, the seed cell run in turn). The fit of the sums without caps (template + N x task)
 is what config/class_caps.py ``MEASURED`` holds (``MEM_LIMIT``'s estimate). Writes
 benchmarks/results/class_footprint/<commit>.json. Not a test: it asserts only the seed's lines (2 workers).
 """
@@ -88,7 +90,7 @@ def one(workers: int, caps: ClassCaps, reruns: int) -> dict[str, Any]:
             cluster.run(SEED_CODE, timeout=600)
             warm.append(time.perf_counter() - started)
         pids = [info.pid for info in cluster.status() if info.pid]
-        template = cluster.launcher.template if cluster.launcher is not None else None
+        template = getattr(cluster.launcher, "template", None)  # a local launcher's (launchers/local/launcher.py)
         memory = {"template_mib": round(pss(template.pid) / MIB, 1) if template is not None else None,
                   "worker_mib": [round(with_children(pid) / MIB, 1) for pid in pids],
                   "total_mib": round(tree_pss(os.getpid()) / MIB, 1)}
@@ -98,17 +100,48 @@ def one(workers: int, caps: ClassCaps, reruns: int) -> dict[str, Any]:
             "warm_median_s": round(statistics.median(warm), 2) if warm else None, **memory, "tasks": threads}
 
 
+def alternate(workers: int, cpu_limit: float, rounds: int) -> dict[str, Any]:
+    """The seed cell's warm time without and with the CPU share, the two clusters alive side by side and
+    run in turn (ABAB...), so the machine's load weighs on both alike."""
+    plain = Cluster(workers=workers, cpu=True, caps=ClassCaps())
+    capped = Cluster(workers=workers, cpu=True, caps=ClassCaps(cpu_limit=cpu_limit))
+    times: dict[str, list[float]] = {"default": [], "capped": []}
+    try:
+        for cluster in (plain, capped):
+            cluster.run(SEED_CODE, timeout=600)  # cold: not counted
+        for _ in range(rounds):
+            for name, cluster in (("default", plain), ("capped", capped)):
+                started = time.perf_counter()
+                cluster.run(SEED_CODE, timeout=600)
+                times[name].append(round(time.perf_counter() - started, 2))
+    finally:
+        plain.stop()
+        capped.stop()
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return {"workers": workers, "cpu_limit": cpu_limit, "threads": capped.thread_defaults, "warm_s": times,
+            "median_s": medians, "capped_over_default": round(medians["capped"] / medians["default"], 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--cpu-limit", type=float, default=float(os.cpu_count() or 2))
     parser.add_argument("--reruns", type=int, default=4)
+    parser.add_argument("--alternate", type=int, default=0, metavar="ROUNDS",
+                        help="only the timing: both clusters alive, the seed cell run in turn ROUNDS times each")
     parser.add_argument("--one", type=float, nargs=2, default=None, metavar=("WORKERS", "CPU_LIMIT"),
                         help="(internal) one configuration in this process; CPU_LIMIT 0 = none")
     args = parser.parse_args()
     if args.one is not None:
         workers, cpu = int(args.one[0]), args.one[1]
         print("ROW " + json.dumps(one(workers, ClassCaps(cpu_limit=cpu or None), args.reruns)), flush=True)
+        return
+    if args.alternate:
+        timing = [alternate(workers, args.cpu_limit, args.alternate) for workers in args.workers]
+        for row in timing:
+            print(json.dumps(row), flush=True)
+        path = write_result("class_footprint", {"alternate": timing, "load": uptime()})
+        print(f"load: {uptime()}\nwrote {path}")
         return
     rows = []
     for workers in args.workers:  # each in a process of its own: one template, nothing else sharing its pages
