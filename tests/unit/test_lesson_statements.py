@@ -1,4 +1,4 @@
-"""Statements of the lessons that a check can hold to the code (issue 39: every statement true).
+"""Statements of the lessons that a check can hold to the code: every statement true.
 
 * Every message lesson 04's troubleshooting table quotes is worded as the code words it: each literal
   piece between placeholders (capitals such as HOST, or ``…``) is in a string of mwnotebook's sources.
