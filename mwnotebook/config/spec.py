@@ -225,7 +225,7 @@ class ClusterSpec:
     def _check_place(self) -> None:
         if not self.place:
             return
-        if not (self.hosts or self.uses_slurm):
+        if self.backend not in ("ssh", "slurm"):
             raise ConfigError("--place applies with --hosts or --slurm (it says which machine runs a role's "
                               "tasks); a local cluster runs every task on this machine. Remove --place")
         for role in self.place:
