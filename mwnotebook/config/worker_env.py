@@ -196,6 +196,17 @@ def with_thread_defaults(spec: ClusterSpec, threads: Mapping[str, str]) -> Clust
     return dataclasses.replace(spec, env={**extra, **spec.env})
 
 
+def prestart_env(cpu_share: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The start-up environment of the template a notebook starts as the magic loads
+    (launchers/local/prestart.py): that of ``ClusterSpec()``, with ``cpu_share`` (the teacher's
+    CPU cap's thread variables for its tasks, config/class_caps.py ``ClassCaps.thread_env``) so
+    that a capped notebook's first cluster finds that template (``OMP_NUM_THREADS`` is part of a
+    template's identity) instead of importing TensorFlow again in a second one."""
+    from mwnotebook.config.spec import ClusterSpec  # spec.py's layer; imported when asked
+
+    return startup_env(with_thread_defaults(ClusterSpec(), cpu_share or {}))
+
+
 def startup_env(spec: ClusterSpec) -> dict[str, str]:
     """The environment every worker of ``spec`` starts with: what decides which worker template
     (local or on a host) can fork it, before the TF addresses are known.

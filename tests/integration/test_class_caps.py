@@ -159,3 +159,27 @@ def test_the_cpu_share_reaches_a_worker_forked_from_a_template_without_it(tmp_pa
         assert answer["TF_NUM_INTRAOP_THREADS"] == answer["TF_NUM_INTEROP_THREADS"] == "1"
         assert answer["OMP_NUM_THREADS"] == "1"
         assert answer["inter_op"] == 1, answer
+
+
+@pytest.mark.tf
+def test_a_capped_notebooks_first_cluster_uses_the_template_started_as_the_magic_loaded(env: dict[str, str]) -> None:
+    """``%load_ext mwnotebook`` starts a worker template while the user types; under ``CPU_LIMIT`` it
+    is started with the share (``OMP_NUM_THREADS`` is part of a template's identity), so the first
+    cell's workers are forked from it: one TensorFlow import per notebook, not two."""
+    env = {**env, "CPU_LIMIT": "1", "MWNOTEBOOK_TEMPLATE": "1"}
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60, env=env)
+    try:
+        _, reply = _run(kc, "%load_ext mwnotebook")
+        assert reply["status"] == "ok", reply
+        text, reply = _run(kc, CELL.replace("print(", "print(os.environ['OMP_NUM_THREADS'], "), timeout=300)
+        assert reply["status"] == "ok", (text, reply)
+        assert "1 ran 0" in text and "1 ran 1" in text
+        templates = [p for p in psutil.Process(km.provisioner.pid).children(recursive=True)
+                     if "mwnotebook.processes.worker_template" in " ".join(p.cmdline())]
+        assert len(templates) == 1, [p.cmdline() for p in templates]
+    finally:
+        try:
+            _run(kc, "%mwcluster stop", timeout=60)
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=False)

@@ -31,6 +31,7 @@ from mwnotebook.config.options import (
     spec_from_options,
 )
 from mwnotebook.config.spec import ClusterSpec
+from mwnotebook.config.worker_env import prestart_env
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.class_caps import running_summary
 from mwnotebook.engine.cluster import Cluster
@@ -476,7 +477,7 @@ def register(ipython: Any) -> None:
     preload_in_background()  # the chart's libraries, so that the first metric does not stall a cell
     from mwnotebook.launchers.local.prestart import prestart_in_background  # TF loads while the user types
 
-    prestart_in_background()
+    prestart_in_background(prestart_env(_cpu_share(_magics.session)))
     from mwnotebook.registry.orphans import sweep_once  # dead kernels' clusters: once per kernel, on a thread
 
     sweep_once()
@@ -496,6 +497,16 @@ def _run_history(shell: Any) -> RunHistory:
         log.debug("run history in memory only: %s", exc)
         kernel = None
     return RunHistory(RunStore.for_kernel(kernel)) if kernel else RunHistory()
+
+
+def _cpu_share(session: NotebookSession) -> dict[str, str]:
+    """The teacher's CPU cap's thread variables for a default cluster ({} without one, or with a bad
+    value: the first cell that starts a cluster says what is wrong)."""
+    try:
+        caps = session.caps()
+    except UsageError:
+        return {}
+    return caps.thread_env(ClusterSpec().workers)
 
 
 def unregister(ipython: Any) -> None:

@@ -41,12 +41,13 @@ async def prestart_template(python: str | None = None, env: Mapping[str, str] | 
         return None
 
 
-def prestart_in_background() -> None:
+def prestart_in_background(env: Mapping[str, str] | None = None) -> None:
     """``%load_ext mwnotebook``: begin importing TensorFlow in a template while the user types.
 
+    ``env``: as :func:`prestart_template`'s (the magic gives config/worker_env.py ``prestart_env``).
     A short-lived thread is enough: the template does not die with the thread that started it
     (it watches the notebook process, not its parent thread).
     """
     if not templates_disabled():
-        threading.Thread(target=asyncio.run, args=(prestart_template(),), name="mwnotebook-prestart",
+        threading.Thread(target=asyncio.run, args=(prestart_template(env=env),), name="mwnotebook-prestart",
                          daemon=True).start()
