@@ -126,9 +126,10 @@ def running_clusters(directory: Path, exclude: Collection[str] = ()) -> list[Run
         found.append(RunningCluster(cluster_id, document_tasks(document), _document_local(document),
                                     pid if isinstance(pid, int) else None, _where(owner),
                                     str(document.get("state") or "running")))
-    for claim in _claims(directory):
+    for path, claim in _claims(directory):
         pid = claim.get("pid")
         if not isinstance(pid, int) or not processes.is_running(pid, claim.get("start_time")):
+            state.remove(path)  # its process ended without releasing it (killed mid-start)
             continue
         if published.get(pid, -1.0) >= float(claim.get("created") or 0.0):
             continue  # its cluster's state file is out: counted above
@@ -140,7 +141,7 @@ def running_clusters(directory: Path, exclude: Collection[str] = ()) -> list[Run
     return found
 
 
-def _claims(directory: Path) -> Iterator[dict[str, Any]]:
+def _claims(directory: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
@@ -152,7 +153,7 @@ def _claims(directory: Path) -> Iterator[dict[str, Any]]:
             except state.NotYours:
                 continue
             if document is not None:
-                yield document
+                yield directory / name, document
 
 
 def task_refusal(caps: ClassCaps, asked: int, running: list[RunningCluster]) -> str | None:

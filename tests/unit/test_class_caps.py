@@ -159,6 +159,17 @@ def test_a_start_under_way_is_counted_until_its_state_file_is_out(tmp_path: Path
     assert not path.exists()
 
 
+def test_a_claim_whose_process_is_gone_is_not_counted_and_removed(tmp_path: Path) -> None:
+    caps = ClassCaps(max_workers=2)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    state.ensure_dir(tmp_path)
+    path = tmp_path / "claim-0123456789ab.json"
+    state.write_state(path, {"version": state.VERSION, "pid": int(dead.stdout), "start_time": 1,
+                             "created": time.time(), "tasks": 2, "local": True})
+    admit(caps, ClusterSpec(workers=2, cpu=True), directory=tmp_path).release()
+    assert not path.exists()
+
+
 def test_two_starts_at_the_same_instant_one_is_refused(tmp_path: Path) -> None:
     """Two processes check at once (each holds the lock while it checks and claims): one gets in."""
     script = ("import sys, time\nfrom pathlib import Path\nfrom mwnotebook.config.class_caps import ClassCaps\n"
