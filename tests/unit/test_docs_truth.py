@@ -175,3 +175,24 @@ def test_every_mw_call_and_module_the_guide_names_exists() -> None:
             if not hasattr(importlib.import_module(parent), attr):
                 missing.append(dotted)
     assert missing == []
+
+
+#: Errors of TensorFlow (tf.errors) and IPython the pages name; Python's own are builtins.
+FOREIGN_ERRORS = {"AbortedError", "CancelledError", "DeadlineExceededError", "InternalError", "UnavailableError",
+                  "UsageError"}
+
+
+def test_every_error_the_pages_name_is_importable() -> None:
+    """An error class a page names in code is Python's, TensorFlow's, or importable from ``mwnotebook``
+    or ``mwnotebook.worker`` (so ``except`` it works as written)."""
+    import builtins
+
+    import mwnotebook
+    import mwnotebook.worker
+
+    text = "\n".join(page.read_text() for page in PAGES)
+    pattern = r"`(?:[\w.]+\.)?([A-Z]\w*(?:Error|Lost|Refused|Interrupted|Aborted|Exceeded))\b"
+    named = set(re.findall(pattern, text))
+    assert {"RestartFailedError", "ParameterServerLost"} <= named  # the scan reads the pages
+    known = set(mwnotebook.__all__) | set(mwnotebook.worker.__all__) | set(dir(builtins)) | FOREIGN_ERRORS
+    assert sorted(named - known) == []
