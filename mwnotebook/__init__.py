@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "CapExceeded": "mwnotebook.engine.class_caps",
     "ParameterServerLost": "mwnotebook.engine.roles.task_servers",
     "SecondClusterRefused": "mwnotebook.engine.roles.notebook_coordinator",
+    "runs": "mwnotebook.frontend.notebook.runs_view",
     "StartAborted": "mwnotebook.launchers.slurm.job",
     **{name: "mwnotebook.errors" for name in (
         "CannotRestartError", "ClusterInterrupted", "ClusterRunError", "ClusterStartError", "ClusterStateError",
@@ -35,7 +36,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "AsyncCluster", "CannotRestartError", "CapExceeded", "Cluster", "ClusterInterrupted", "ClusterRunError",
     "ClusterSpec", "ClusterStartError", "ClusterStateError", "ClusterTimeoutError", "ConfigError", "MWNotebookError",
-    "ParameterServerLost", "RestartFailedError", "RunResult", "SecondClusterRefused", "StartAborted",
+    "ParameterServerLost", "RestartFailedError", "RunResult", "SecondClusterRefused", "StartAborted", "runs",
     "WorkerDiedError", "WorkerError", "WorkerFailure", "WorkerInfo", "load_ipython_extension",
     "unload_ipython_extension",
 ]
@@ -63,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         WorkerError,
         WorkerFailure,
     )
+    from mwnotebook.frontend.notebook.runs_view import runs
     from mwnotebook.launchers.slurm.job import StartAborted
 
 

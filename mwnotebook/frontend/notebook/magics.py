@@ -126,6 +126,11 @@ def mwcluster_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def mwruns_parser() -> argparse.ArgumentParser:
+    """``%mwruns``'s options (frontend/notebook/runs_view.py), reported as UsageErrors."""
+    return runs_view.mwruns_parser(_Parser)
+
+
 class NotebookSession:
     """The cluster that this notebook's magics share, what its last cell produced, and the run
     history of every ``%%mwtrain`` cell (``runs``: in memory only unless one with a store is given)."""
@@ -292,7 +297,7 @@ class MWMagics(Magics):
     @line_magic
     def mwruns(self, line: str) -> None:
         """The runs of this kernel's %%mwtrain cells (see runs_view.mwruns_parser)."""
-        runs_view.mwruns(self.shell, self.session.runs, _parse(runs_view.mwruns_parser(_Parser), line))
+        runs_view.mwruns(self.shell, self.session.runs, _parse(mwruns_parser(), line))
 
     @line_magic
     def mwcluster(self, line: str) -> None:
@@ -468,7 +473,7 @@ def register(ipython: Any) -> None:
     _magics = MWMagics(ipython, NotebookSession(runs=_run_history(ipython)))
     MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
     MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
-    MWMagics.mwruns.__doc__ = runs_view.mwruns_parser(_Parser).format_help()
+    MWMagics.mwruns.__doc__ = mwruns_parser().format_help()
     ipython.register_magics(_magics)
     runs_view.publish(ipython, _magics.session.runs)  # a restarted kernel's earlier runs: mw_runs again
     keras_note = _magics.session.keras.on_load()  # before the notebook imports TensorFlow
