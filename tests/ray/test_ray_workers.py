@@ -159,6 +159,9 @@ def test_a_sigkilled_notebook_process_leaves_no_actor_agent_or_kernel(ray_env: r
         assert len(ray_env.actor_pids()) == 2 and all(running(p) for p in kernels)
         agents = {p.pid for k in kernels for p in psutil.Process(k).parents()
                   if "mwnotebook-remote-agent" in " ".join(p.cmdline())}
+        # each kernel was forked by its node's worker template (the agent in its template role): it goes too
+        templates = {psutil.Process(k).ppid() for k in kernels}
+        assert len(templates) == 2 and templates <= agents, (templates, agents)
         killed = time.monotonic()
         notebook.send_signal(signal.SIGKILL)
         notebook.wait(10)

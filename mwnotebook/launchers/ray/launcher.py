@@ -15,6 +15,14 @@ reaches each relay and each kernel port through a local SSH forward over one con
 (the head), and a ``ray://`` address too; the SSH connection is made before anything is placed and
 closed with the cluster.
 
+Worker templates: one per node and start-up environment, through the same code as SSH hosts and
+Slurm nodes (``launchers/remote/template_pool.py``): the remote agent in its ``template`` role, started
+through the relay of the first bundle on that node, imports TensorFlow once (all nodes in parallel,
+while the ports are reserved), and every worker's agent on that node forks its kernel from it. A
+worker restarted after it was lost is a fork too; the template lives until the cluster stops. Its
+memory (``config/class_caps.py`` ``MEASURED.template``, about 0.45 GB) is a per-node overhead outside
+the bundles' Ray resources, as Ray's own per-node processes are (docs/guide/ray.md).
+
 Lifecycle: :meth:`RayLauncher.close` (cluster stop, a failed start) closes the agents' connections
 (they kill their kernels), stops and kills the relays and removes the placement group. If the
 notebook's process dies (SIGKILL included), Ray ends the actors the driver owned and the group, and
@@ -36,7 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config.ray_options import DEFAULT_CPUS_PER_WORKER
 from mwnotebook.config.tf_config import format_address
+from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
+from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.ray import node_relay
 from mwnotebook.launchers.ray.channel import RelayAgent
 from mwnotebook.launchers.ray.session import Placement, RaySession, head_endpoint
@@ -45,6 +55,7 @@ from mwnotebook.launchers.remote.agent_channel import BOOTSTRAP, DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
 from mwnotebook.launchers.remote.kernel_handle import Listener, RemoteKernelHandle
 from mwnotebook.launchers.remote.kernel_start import first_event, start_kernel
+from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates
 
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
@@ -99,7 +110,8 @@ class RayLauncher:
     def __init__(self, address: str, *, workers: int = 2, cpus_per_worker: int | None = None,
                  gpus_per_worker: int | None = None, strategy: str = "SPREAD", python: str | None = None,
                  require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
-                 cwd: str | None = None, ray_ssh: str | None = None) -> None:
+                 cwd: str | None = None, ray_ssh: str | None = None, template: bool = True,
+                 startup_env: Mapping[str, str] | None = None) -> None:
         self.address = address
         self.workers = workers
         self.cpus = cpus_per_worker or DEFAULT_CPUS_PER_WORKER
@@ -119,13 +131,19 @@ class RayLauncher:
         self._handles: list[RayKernelHandle] = []
         self._placing = asyncio.Lock()
         self._aborted = False
+        #: Fork workers from a template per node (see the module docstring); ``startup_env`` (the
+        #: environment all workers share) lets tf_addresses start them before the workers' turn.
+        self.use_template = template and not templates_disabled()
+        self._startup_env = dict(startup_env) if startup_env is not None else None
+        self._templates = RemoteTemplates(self.python or "", self.require, self.cwd)
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> RayLauncher:
         assert spec.ray is not None
         return cls(spec.ray.strip(), workers=spec.workers, cpus_per_worker=spec.cpus_per_worker,
                    gpus_per_worker=spec.gpus_per_worker, strategy=spec.ray_strategy, python=spec.python,
-                   startup_timeout=spec.startup_timeout, ray_ssh=spec.ray_ssh)
+                   startup_timeout=spec.startup_timeout, ray_ssh=spec.ray_ssh, template=spec.template,
+                   startup_env=spec_startup_env(spec))
 
     def abort_start(self) -> None:
         """Ctrl-C during a start: a wait for Ray's placement ends now."""
@@ -287,6 +305,9 @@ class RayLauncher:
             event = await self._first_event(agent, index, self.startup_timeout)
             addresses[index] = format_address(relays[index].node_ip, int(event["ports"][0]))
 
+        if self._startup_env is not None:
+            for index in range(count):  # each node imports TensorFlow while the ports are reserved
+                self._template(index, self._kernel_env(index, self._startup_env))
         await gather_port_holders((reserve(i) for i in range(count)), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
         return addresses
@@ -306,6 +327,7 @@ class RayLauncher:
             raise ConfigError(f"worker {index} has no bundle in the placement group ({len(relays)} bundles)")
         node_ip = relays[index].node_ip
         key = secrets.token_hex(16)
+        kernel_env = self._kernel_env(index, env)
         agent = await self._agent(index)
 
         async def forward(port: int) -> tuple[str, int, Listener | None]:
@@ -315,8 +337,8 @@ class RayLauncher:
 
         try:
             started = await start_kernel(
-                agent, where=node_ip, key=key, env=self._kernel_env(index, env), require=self.require,
-                cwd=self.cwd, timeout=self.startup_timeout, template=None,
+                agent, where=node_ip, key=key, env=kernel_env, require=self.require,
+                cwd=self.cwd, timeout=self.startup_timeout, template=self._template(index, kernel_env),
                 wait=lambda seconds: self._first_event(agent, index, seconds), forward=forward, bind_ip=node_ip)
         except ClusterStartError as exc:
             exc.worker = index
@@ -329,6 +351,22 @@ class RayLauncher:
         log.info("worker %d: kernel pid %s on Ray node %s (bundle %d)", index, handle.pid, node_ip, index)
         return handle
 
+    def _template(self, index: int, env: Mapping[str, str]) -> RemoteTemplate | None:
+        """The worker template for ``env`` on worker ``index``'s node (started now if new, through the
+        relay of the node's first bundle); None when off. A relay replaced after its node was lost has
+        another pid, so its node gets a new template."""
+        if not self.use_template or not self._relays:
+            return None
+        node_ip = self._relays[index].node_ip
+        first = next(i for i, r in enumerate(self._relays) if r.node_ip == node_ip)
+        relay_pid = self._relays[first].where.get("pid")
+        return self._templates.get((node_ip, relay_pid), node_ip, env, lambda: self._agent(first))
+
+    @property
+    def templates(self) -> list[RemoteTemplate]:
+        """The worker templates of this launcher (one per node and start-up environment)."""
+        return self._templates.templates()
+
     async def _release_ports(self) -> None:
         holders, self._holders = self._holders, []
         await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
@@ -338,6 +376,7 @@ class RayLauncher:
         handles, self._handles = self._handles, []
         await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
         await self._release_ports()
+        await self._templates.close()
         relays, self._relays = self._relays, []
         ray = self.session.ray
         if relays and self.session.connected():
