@@ -1,10 +1,12 @@
 """Where a kernel's run history lives on disk: ``<Jupyter runtime dir>/mwnotebook/runs-<kernel id>/``.
 
 Keyed by the kernel's id, which a kernel restart keeps (its connection file ``kernel-<id>.json``
-stays; see :func:`kernel_id`), so the restarted kernel lists the runs of its session again. The directory is 0700 and
-every file 0600: ``runs.jsonl`` gets one line per run or change of a run (the last line of a number
-wins; appending keeps a cell's cost flat however long the history grows), ``metrics-<n>.json`` the
-metric records of run ``n`` (written once).
+stays; see :func:`kernel_id`), so the restarted kernel lists the runs of its session again. The
+directory is 0700 and every file 0600: ``runs.jsonl`` gets one line per run or change of a run (the
+last line of a number wins; appending keeps a cell's cost flat however long the history grows),
+``metrics-<n>.json`` the metric records of run ``n`` (written once). Other kernels' histories that
+nothing changed for :data:`KEEP_DAYS` are removed when a kernel opens its own
+(:meth:`RunStore.remove_stale`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import json
 import logging
 import os
 import re
+import shutil
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 VERSION = 1
+#: Another kernel's history untouched this long is removed when a kernel opens its own (the runtime
+#: dir is kept across logins: one directory per notebook session would pile up).
+KEEP_DAYS = 30
 _KERNEL_FILE = re.compile(r"^(?:kernel-)?([0-9A-Za-z_-]{1,64})\.json$")
 
 
@@ -50,6 +57,29 @@ class RunStore:
             from jupyter_core.paths import jupyter_runtime_dir
             runtime_dir = jupyter_runtime_dir()
         return cls(Path(runtime_dir) / "mwnotebook" / f"runs-{kernel}")
+
+    def remove_stale(self, keep_days: float = KEEP_DAYS) -> list[Path]:
+        """Remove other kernels' histories (``runs-*`` beside this one, this user's) that nothing
+        changed for ``keep_days``; returns what was removed."""
+        removed: list[Path] = []
+        limit = time.time() - keep_days * 86400
+        try:
+            siblings = [p for p in self.directory.parent.iterdir()
+                        if p.name.startswith("runs-") and p != self.directory and p.is_dir()]
+        except OSError:
+            return removed
+        for path in siblings:
+            try:
+                info = path.stat()
+                newest = max([info.st_mtime, *(f.stat().st_mtime for f in path.iterdir())])
+            except OSError:
+                continue
+            if info.st_uid == os.getuid() and newest < limit:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+        if removed:
+            log.info("mwnotebook: removed %d run histories untouched for %g days", len(removed), keep_days)
+        return removed
 
     @property
     def index(self) -> Path:

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,19 @@ def test_an_unwritable_store_keeps_the_run_in_memory(tmp_path: Path) -> None:
     history = RunHistory(RunStore(blocker / "runs"))
     assert _record(history, "a") == 1 and history.update(1, restarts=1).restarts == 1
     assert [r.number for r in history.records()] == [1] and history.metrics(1) == RECORDS
+
+
+def test_other_kernels_histories_untouched_for_a_month_are_removed(tmp_path: Path) -> None:
+    old, recent = (RunStore.for_kernel(k, runtime_dir=tmp_path) for k in ("old", "recent"))
+    for store in (old, recent):
+        _record(RunHistory(store), "a")
+    month_ago = time.time() - 31 * 86400
+    for path in [old.directory, *old.directory.iterdir()]:
+        os.utime(path, (month_ago, month_ago))
+    (tmp_path / "mwnotebook" / "cluster-abc.json").write_text("{}")  # not a history: left alone
+    mine = RunStore.for_kernel("mine", runtime_dir=tmp_path)
+    assert mine.remove_stale() == [old.directory]
+    assert recent.directory.exists() and (tmp_path / "mwnotebook" / "cluster-abc.json").exists()
 
 
 def test_kernel_id_from_the_connection_file() -> None:

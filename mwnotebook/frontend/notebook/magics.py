@@ -502,7 +502,11 @@ def _run_history(shell: Any) -> RunHistory:
     except Exception as exc:  # no kernel app (an embedded shell): nothing to key the file by
         log.debug("run history in memory only: %s", exc)
         kernel = None
-    return RunHistory(RunStore.for_kernel(kernel)) if kernel else RunHistory()
+    if not kernel:
+        return RunHistory()
+    store = RunStore.for_kernel(kernel)
+    store.remove_stale()  # other kernels' histories untouched for a month
+    return RunHistory(store)
 
 
 def _cpu_share(session: NotebookSession) -> dict[str, str]:
