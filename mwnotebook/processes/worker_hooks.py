@@ -9,6 +9,8 @@ imports the module it concerns (or at once in a worker forked from a template th
 - Both are off with ``mw.auto_keras_callback(False)`` in a cell or
   ``--env MWNOTEBOOK_AUTO_KERAS_CALLBACK=0`` (the switch is that environment variable, read at every
   ``fit``).
+- tf_keras' training step stamps when its batch is there and when it reaches the gradient
+  all-reduce, for the slow-worker verdict (:mod:`mwnotebook.processes.runtime.step_stamps`).
 - ``tqdm.notebook`` (and so ``tqdm.auto``) gives the text bar: a worker's ipywidgets progress bar
   would exist only in the worker (the notebook would show a frozen ``0%``); the text bar arrives
   as ``\\r`` lines that the notebook draws as one live line per worker.
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from mwnotebook.processes.runtime import keras_global_logs
+from mwnotebook.processes.runtime import keras_global_logs, step_stamps
 from mwnotebook.processes.runtime.after_import import patch_when_imported
 
 AUTO_CALLBACK_ENV = keras_global_logs.SWITCH_ENV
@@ -71,4 +73,6 @@ def install() -> None:
     """Add the hooks (called once by the worker kernel's entry point, before ipykernel starts)."""
     patch_when_imported(TRAINING_MODULE, keras_global_logs.patch_training_module)
     patch_when_imported(TRAINING_MODULE, _patch_fit_with_live_curves)
+    patch_when_imported(TRAINING_MODULE, step_stamps.patch_training_module)
+    patch_when_imported(step_stamps.OPTIMIZER_UTILS, step_stamps.patch_optimizer_utils)
     patch_when_imported("tqdm.notebook", _patch_tqdm_notebook)

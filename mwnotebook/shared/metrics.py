@@ -32,9 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from mwnotebook.shared.step_times import TIMING_KEYS
+
 GLOBAL_PREFIX = "global_"
 #: Keys that describe a record rather than measure something.
-META_KEYS = frozenset({"worker", "server", "step", "time", "kind", "epoch", "batch", "attempt"})
+#: (``step_*_s``: a worker's step split, shared/step_times.py.)
+META_KEYS = frozenset({"worker", "server", "step", "time", "kind", "epoch", "batch", "attempt"}) | TIMING_KEYS
 
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 

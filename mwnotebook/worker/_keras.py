@@ -14,6 +14,7 @@ from typing import Any
 
 from mwnotebook.shared.metrics import GLOBAL_PREFIX
 from mwnotebook.worker._report import reporter
+from mwnotebook.worker._step_clock import step_clock
 from mwnotebook.worker._values import _Lazy, _tf, _to_number
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
             self._last_global: dict[str, _Lazy] = {}
             self._reporter = reporter()
             self._schedule: Any = None
+            self._clock = step_clock()
 
         def on_train_begin(self, logs: Any = None) -> None:
             self._reporter.install_hook()
@@ -166,7 +168,11 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
                 values = {k[len(GLOBAL_PREFIX):]: v for k, v in global_values.items()}
             return values
 
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self._clock.begin_step()
+
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            split = self._clock.end_step()  # first: the step's end (shared/step_times.py)
             steps = (self.params or {}).get("steps")
             if isinstance(steps, int) and steps > 0:
                 # Counted from the epoch: a fit resumed by BackupAndRestore at epoch e continues the
@@ -186,7 +192,7 @@ def keras_callback(*, every: int = 1, local: bool = True) -> Any:
             if self._local:
                 values.update(self._local_values(logs or {}, self._last_global))
             self._reporter.add(self._step, values,
-                               extra={"kind": "batch", "epoch": self._epoch, "batch": batch})
+                               extra={"kind": "batch", "epoch": self._epoch, "batch": batch, **split})
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             logs = logs or {}

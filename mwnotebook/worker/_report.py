@@ -20,6 +20,10 @@ Cost model (why it is built this way):
   (checked without waiting) and is flushed by the timer, never in the training loop's thread
   (:mod:`mwnotebook.worker._remote`).
 
+Each report also carries, where measured, the worker's time from its previous report to its arrival
+at the gradient all-reduce and from there to this report (:mod:`mwnotebook.worker._step_clock`), from
+which the notebook names a slow worker (``mwnotebook/shared/step_times.py``).
+
 Local and global values: by convention ``loss`` is the worker's own value and ``global_loss`` the
 value over all workers (see :mod:`mwnotebook.shared.metrics`). Values are converted by
 :mod:`mwnotebook.worker._values`; the Keras callback (:mod:`mwnotebook.worker._keras`) reports
@@ -42,6 +46,7 @@ from mwnotebook.shared.events import METRICS_MIME
 from mwnotebook.worker._batch import Entry, split_ready, to_records
 from mwnotebook.worker._remote import SCHEDULED, SERVER, has_remote, is_remote
 from mwnotebook.worker._remote import wait as wait_remote
+from mwnotebook.worker._step_clock import step_clock
 from mwnotebook.worker._values import _needs_graph, _snapshot, _tf, _to_number
 
 log = logging.getLogger(__name__)
@@ -150,7 +155,7 @@ class Reporter:
             return
         if self._hooked_shell is None:
             self.install_hook()
-        self.add(step, {k: _snapshot(v) for k, v in metrics.items()})
+        self.add(step, {k: _snapshot(v) for k, v in metrics.items()}, extra=step_clock().between_reports())
 
     def add(self, step: Any, values: dict[str, Any], *, extra: dict[str, Any] | None = None) -> None:
         """Buffer one record (values may still be tensors, :class:`_Lazy` or RemoteValues); flush if
@@ -186,7 +191,7 @@ class Reporter:
         def _buffer(*values: Any) -> list[Any]:
             step_value = _to_number(values[0]) if has_step else None
             rest = values[1:] if has_step else values
-            self.add(step_value, dict(zip(names, rest)))
+            self.add(step_value, dict(zip(names, rest)), extra=step_clock().between_reports())
             return []
 
         # Install the hook now, from the Python thread that traces (the cell's thread).

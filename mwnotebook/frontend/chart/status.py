@@ -11,6 +11,7 @@ from typing import Any
 from mwnotebook.shared.events import WorkerMetrics, WorkerStateChanged
 from mwnotebook.shared.metrics import as_float, global_key, is_step_record
 from mwnotebook.shared.run_states import RunStates
+from mwnotebook.shared.step_times import StepTimes
 
 _STATE_COLOURS = {
     "starting": "#6c757d",
@@ -54,6 +55,7 @@ class StatusBoard:
         self.names = dict(names or {})
         self.workers = {w: WorkerStatus(w) for w in range(num_workers)}
         self.run_states = RunStates(num_workers)  # which state changes count: shared/run_states.py
+        self.step_times = StepTimes()  # time before and in the collective: shared/step_times.py
 
     def status_for(self, worker: int) -> WorkerStatus:
         status = self.workers.get(worker)
@@ -75,6 +77,9 @@ class StatusBoard:
         status.state = self.run_states.state(event.worker)
         gkey = global_key(self.metric)
         # only the last records count (the step, the last value, the recent rate's 64 stamps)
+        for record in event.records:
+            if is_step_record(record):
+                self.step_times.add(event.worker, record)
         for record in event.records[-(status.recent.maxlen or 64):]:
             if not is_step_record(record):
                 continue
@@ -91,16 +96,23 @@ class StatusBoard:
                 status.last_value, status.last_scope = as_float(record[gkey]), "global"
 
     def rows(self) -> list[dict[str, Any]]:
-        """The status table as data: one dict per worker."""
+        """The status table as data: one dict per worker (``own_ms``/``wait_ms``: medians of the time
+        before and in the collective per step, where measured)."""
+        split = self.step_times.workers()
         return [{"worker": w, "state": s.state, "error": s.error, "step": s.step, "last": s.last_value,
-                 "scope": s.last_scope, "steps_per_s": s.steps_per_s()}
+                 "scope": s.last_scope, "steps_per_s": s.steps_per_s(),
+                 "own_ms": split[w].own * 1e3 if w in split else None,
+                 "wait_ms": split[w].wait * 1e3 if w in split else None}
                 for w, s in sorted(self.workers.items())]
 
     def html(self) -> str:
-        head = "".join(f"<th style='padding:2px 10px;text-align:left'>{h}</th>" for h in
-                       ("worker", "state", "step", f"last {self.metric}", "steps/s"))
+        rows = self.rows()
+        split = any(row["own_ms"] is not None for row in rows)
+        titles = ("worker", "state", "step", f"last {self.metric}", "steps/s") + (
+            ("ms before collective", "ms in collective") if split else ())
+        head = "".join(f"<th style='padding:2px 10px;text-align:left'>{h}</th>" for h in titles)
         body = []
-        for row in self.rows():
+        for row in rows:
             failed = row["state"] == "failed"
             colour = _STATE_COLOURS.get(row["state"], "#000")
             state = html.escape(row["state"] + (f": {row['error']}" if failed and row["error"] else ""))
@@ -111,6 +123,8 @@ class StatusBoard:
             cells = [who, f"<b style='color:{colour}'>{state}</b>",
                      "" if row["step"] is None else f"{row['step']:g}", last,
                      "" if row["steps_per_s"] is None else f"{row['steps_per_s']:.1f}"]
+            if split:
+                cells += ["" if row[k] is None else f"{row[k]:.1f}" for k in ("own_ms", "wait_ms")]
             style = f" style='background:{_FAILED_BG}'" if failed else ""
             body.append(f"<tr class='mw-worker mw-{row['state']}'{style}>" + "".join(
                 f"<td style='padding:2px 10px'>{c}</td>" for c in cells) + "</tr>")
@@ -127,5 +141,7 @@ class StatusBoard:
                 text += f", step {row['step']:g}"
             if row["last"] is not None:
                 text += f", {self.metric} {row['last']:.4g}"
+            if row["own_ms"] is not None:
+                text += f", {row['own_ms']:.1f} ms before the collective, {row['wait_ms']:.1f} ms in it"
             parts.append(text)
         return "\n".join(parts)

@@ -28,6 +28,7 @@ from mwnotebook.export.job import add_format_argument, export_job
 from mwnotebook.frontend.cli.run_driver import EXIT_OK, EXIT_USAGE, drive, script_preamble
 from mwnotebook.frontend.cli.run_observer import RunObserver
 from mwnotebook.frontend.cli.run_report import render_report
+from mwnotebook.shared.step_times import slow_worker_line
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,9 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         claim.release()
     observer.flush()
     elapsed = time.monotonic() - started
+    slow = slow_worker_line(observer.metrics.records, spec.layout.kernel_names())  # shared/step_times.py
+    if slow:
+        print(slow, file=stderr)
     if report is not None:
         try:
             report.write_text(render_report(str(script), observer, outcome.verdict, elapsed,

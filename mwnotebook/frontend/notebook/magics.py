@@ -50,6 +50,7 @@ from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
 from mwnotebook.frontend.notebook.views import caps_text, security_notice, status_bundle, tf_config_bundle
 from mwnotebook.frontend.text.relay import TextRelay, WorkerNames
 from mwnotebook.shared.events import Event, EventSink
+from mwnotebook.shared.step_times import slow_worker_line
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +282,9 @@ class MWMagics(Magics):
             raise
         else:
             _finish(output, chart)
+            slow = slow_worker_line(measured.records, names)  # shared/step_times.py
+            if slow:
+                print(slow)
         finally:
             run = self.session.runs.record(
                 line=line, cell=cell, started=started, workers=kernels, hosts=_hosts(cluster),
