@@ -2,9 +2,10 @@
 gradient all-reduce and how long it waited there (``mwnotebook/worker/_step_clock.py``,
 ``mwnotebook/shared/step_times.py``).
 
-Two ``tf.py_function`` ops per step, only under a strategy with more than one replica: one in
-``Model.train_step`` that runs once the batch is there (its input is the batch's first tensor), one
-in ``tf_keras.src.optimizers.utils.all_reduce_sum_gradients`` (the all-reduce of both the new and the
+Two ``tf.py_function`` ops per step (no inputs: ordered by control dependencies, so no tensor is
+handed to Python), only under a strategy with more than one replica: one in ``Model.train_step`` that
+runs once the batch is there (after the batch's first tensor), one in
+``tf_keras.src.optimizers.utils.all_reduce_sum_gradients`` (the all-reduce of both the new and the
 legacy optimizers) that runs once every dense gradient is computed, the all-reduce made to wait for
 it. A ``train_step`` of the user's own gets the second only (no input figure then). Decided when
 ``fit`` traces its step: ``--env MWNOTEBOOK_STEP_TIMES=0`` (or the automatic Keras callback off)
@@ -57,8 +58,9 @@ def _stamped_train_step(original: Callable[..., Any], tf: Any) -> Callable[..., 
     def train_step(self: Any, data: Any) -> Any:
         if enabled() and _distributed(tf) and not _in_xla(tf):
             first = next((t for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)), None)
-            if first is not None:  # stateful: tf.function runs it in program order, before the step
-                tf.py_function(_clock().input_ready, [first], Tout=tf.float64, name="mwnotebook_input_ready")
+            if first is not None:  # after the batch (a control input: no tensor handed to Python)
+                with tf.control_dependencies([first]):
+                    tf.py_function(_clock().input_ready, [], Tout=tf.float64, name="mwnotebook_input_ready")
         return original(self, data)
 
     train_step.mwnotebook_stamped = True  # type: ignore[attr-defined]
@@ -72,7 +74,8 @@ def _stamped_all_reduce(original: Callable[..., Any], tf: Any) -> Callable[..., 
         dense = [g for g, _ in pairs if isinstance(g, tf.Tensor)]
         if not dense or not enabled() or not _distributed(tf) or _in_xla(tf):
             return original(pairs)
-        stamp = tf.py_function(_clock().at_collective, dense, Tout=tf.float64, name="mwnotebook_at_collective")
+        with tf.control_dependencies(dense):  # once every gradient is there (none handed to Python)
+            stamp = tf.py_function(_clock().at_collective, [], Tout=tf.float64, name="mwnotebook_at_collective")
         with tf.control_dependencies([stamp]):
             pairs = [(tf.identity(g) if isinstance(g, tf.Tensor) else g, v) for g, v in pairs]
         return original(pairs)
