@@ -294,3 +294,25 @@ def test_a_restarted_kernel_lists_the_sessions_runs(notebook: Notebook, places: 
     store = next((places["runtime"] / "mwnotebook").glob("runs-*"))
     assert oct(store.stat().st_mode & 0o777) == "0o700"
     assert {oct(p.stat().st_mode & 0o777) for p in store.iterdir()} == {"0o600"}
+
+
+@pytest.mark.parametrize("outcome, restarts, status", [("ok", 1, "FINISHED"), ("interrupted", 0, "KILLED")])
+def test_restarted_and_interrupted_runs_are_marked_in_mlflow(places: dict[str, Path], outcome: str, restarts: int,
+                                                             status: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MLflow writer on its own (this process, the module's sqlite store): what a run's end says."""
+    from mlflow.tracking import MlflowClient
+
+    from mwnotebook.experiments import mlflow_log
+    from mwnotebook.experiments.history import RunHistory
+
+    uri = f"sqlite:///{places['mlflow']}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    record = RunHistory().record(line="--workers 2 --max-restarts 1", cell="fit()", started=1.8e9, duration=3.0,
+                                 workers=2, outcome=outcome, restarts=restarts,  # type: ignore[arg-type]
+                                 metrics=[{"worker": 0, "step": 1, "time": 1.8e9, "loss": 0.5}],
+                                 options={"workers": "2", "max_restarts": "1"})
+    run = MlflowClient(tracking_uri=uri).get_run(mlflow_log.log_run(record, [], f"marks-{outcome}"))
+    assert run.info.status == status
+    assert run.data.tags["mwnotebook.restarted"] == ("true" if restarts else "false")
+    assert run.data.tags["mwnotebook.restarts"] == str(restarts)
+    assert run.data.params["max_restarts"] == "1"
