@@ -51,7 +51,8 @@ python3 -m pip install -q -e '.[tensorflow-cpu,test,docs,ray]'
 # The venv is kept while it holds the same wheel (its sha256) and hub version; a new wheel replaces
 # only mwnotebook in it. The proxy, configurable-http-proxy, comes from the npm registry.
 # Measured (load 7-11): the wheel build 48-120 s every run; a new venv 286 s in all (the build included),
-# the venv after a changed wheel 150 s (the build included).
+# the venv after a changed wheel 150 s (the build included). The wheel is reproducible (two builds of one
+# tree: one sha256), so an unchanged package keeps the venv.
 # Root only (the tier makes system users; a non-root run skips it, as tests/remote and tests/slurm).
 if [ "$(id -u)" = 0 ]; then
   hub_venv=${MWNOTEBOOK_HUB_VENV:-/opt/mwnotebook-hub/venv}
