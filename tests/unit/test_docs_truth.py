@@ -70,7 +70,7 @@ def test_the_message_check_sees_a_message_that_is_not_there() -> None:
 
 def _accepted_options() -> set[str]:
     from mwnotebook.frontend.cli.command import build_parser
-    from mwnotebook.frontend.notebook.magics import mwcluster_parser, mwtrain_parser
+    from mwnotebook.frontend.notebook.magics import mwcluster_parser, mwruns_parser, mwtrain_parser
 
     options: set[str] = set()
 
@@ -81,15 +81,15 @@ def _accepted_options() -> set[str]:
                 for sub in action.choices.values():
                     add(sub)
 
-    for parser in (mwtrain_parser(), mwcluster_parser(), build_parser()):
+    for parser in (mwtrain_parser(), mwcluster_parser(), mwruns_parser(), build_parser()):
         add(parser)
     return options
 
 
-#: Other programs' options the pages quote (Slurm's, Ray's, unshare's, Jupyter's). A line that runs
+#: Other programs' options the pages quote (Slurm's, Ray's, unshare's, Jupyter's, TensorBoard's). A line that runs
 #: a benchmark or a tool (``python -m benchmarks...``, ``python tools/...``) is not scanned.
 OTHERS = {"--cpus-per-task", "--gpus-per-task", "--kill-on-bad-exit", "--nodelist", "--ntasks", "--overlap",
-          "--no-kill", "--no-shell", "--head", "--ray-client-server-port", "--net", "--runtime-dir"}
+          "--no-kill", "--no-shell", "--head", "--ray-client-server-port", "--net", "--runtime-dir", "--logdir"}
 _OTHER_COMMAND = re.compile(r"benchmarks[./]|tools/")
 
 
