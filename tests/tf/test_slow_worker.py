@@ -4,10 +4,15 @@ mwnotebook/shared/step_times.py decides): a fit whose worker 1 sleeps 60 ms per 
 pipeline names worker 1, input-bound, and only it; the same fit without the sleep names nobody; a
 custom loop with ``strategy.run`` and ``mw.report`` whose worker 1 sleeps before each step names
 worker 1 ("slower before the collective": no input figure there). One shared cluster
-(tests/tf/conftest.py ``tf_cluster``); ~30 s on 2 loaded cores."""
+(tests/tf/conftest.py ``tf_cluster``), and one ``mwnotebook run`` of the slow fit (its own two
+workers) whose stderr carries the line; ~45 s on 2 loaded cores."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,3 +109,16 @@ def test_a_custom_loop_whose_worker_1_is_slow_names_worker_1(tf_cluster: Any) ->
     line = slow_worker_line(_fit(tf_cluster, 0.06, LOOP))
     assert line is not None and line.startswith(
         "mwnotebook: worker 1 is the slow worker, slower before the collective"), line
+
+
+def test_mwnotebook_run_prints_the_line(tmp_path: Path) -> None:
+    script = tmp_path / "slow_fit.py"
+    script.write_text(CELL.replace("SLEEP_S", "0.06"))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    done = subprocess.run([sys.executable, "-m", "mwnotebook.frontend.cli.command", "run", "--workers", "2",
+                           "--cpu", "--no-report", str(script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if "is the slow worker" in line]
+    assert len(lines) == 1 and lines[0].startswith("mwnotebook: worker 1 is the slow worker, input-bound"), \
+        done.stderr[-3000:]
