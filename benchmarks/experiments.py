@@ -1,4 +1,4 @@
-"""What the run history and each writer cost per cell (issue 42): side by side, alternating, in one run.
+"""What the run history and each writer cost per cell: side by side, alternating, in one run.
 
     python -m benchmarks.experiments [--repeats 3] [--fit-repeats 2] [--steps 1000]
 

@@ -1,4 +1,4 @@
-"""Experiments kept and compared (issue 42), with the real tools: %%mwtrain in a real notebook kernel
+"""Experiments kept and compared, with the real tools: %%mwtrain in a real notebook kernel
 on two real TensorFlow workers (one cluster for the module), its runs read back by TensorBoard's own
 event reader and MLflow's own client (a local sqlite store), %mwruns, a restarted kernel's history,
 and each bad input (an unwritable directory, a tracking server down or refusing, MLflow missing)."""
