@@ -7,7 +7,9 @@ docs/lessons/index.md (``docs/lessons/executed/``, ignored by git), so the links
 
 Each page is the lesson as it is now (its markdown) with the outputs of its executed copy, once the
 copy's code cells are the lesson's (else the copy is shown as it is, with a warning: its test,
-tests/docs/test_executed_lessons.py, fails until ``python tools/refresh_lessons.py`` runs again).
+tests/docs/test_executed_lessons.py, fails until ``python tools/refresh_lessons.py`` runs again). The
+exercises' solutions (notebooks/solutions/), which the lessons link to, are copied beside the pages
+(``docs/lessons/solutions/``), and the lessons' relative links made right from there.
 Every copy is checked: a failed cell not tagged ``raises-exception``, no ``TF_CONFIG`` table, a live
 widget in place of the chart's picture, or a lesson that reports metrics without a chart picture
 ends the build with the lesson's name and what to do. Nothing is executed here: the build needs no
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import shutil
 import sys
 import textwrap
@@ -37,6 +40,10 @@ OLD_OUT = ROOT / "docs" / "lessons" / "_run"
 #: end state in a freshly executed notebook holds SVG
 CHARTS = ("image/png", "image/svg+xml")
 REFRESH = "python tools/refresh_lessons.py"
+#: a markdown link or image to a path relative to the lesson (no scheme, no anchor, not absolute)
+RELATIVE_LINK = re.compile(r"\]\((?![a-z][a-z0-9+.-]*:|#|/)([^)\s]+)\)")
+#: what the lessons link to, shown beside them (docs/lessons/solutions/, from notebooks/solutions/)
+SOLUTIONS = NOTEBOOKS / "solutions"
 log = logging.getLogger("docs_lessons")
 
 
@@ -102,6 +109,16 @@ def with_outputs(lesson: nbformat.NotebookNode, executed: nbformat.NotebookNode)
     return merged
 
 
+def one_folder_down(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``nb`` with the relative links of its markdown made right one folder below the lesson (a lesson's
+    ``solutions/NN_solution.ipynb`` is ``../solutions/NN_solution.ipynb`` from notebooks/executed/ and
+    from docs/lessons/executed/)."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = RELATIVE_LINK.sub(r"](../\1)", cell.source)
+    return nb
+
+
 def page(name: str) -> nbformat.NotebookNode:
     """The docs page of lesson ``name``: LessonError if it has no committed copy or the copy fails a check."""
     copy = EXECUTED / f"{name}.ipynb"
@@ -113,7 +130,7 @@ def page(name: str) -> nbformat.NotebookNode:
                           f"`{REFRESH} --no-run` makes it from the executed copy")
     executed = nbformat.read(copy, as_version=4)
     try:
-        nb = with_outputs(nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4), executed)
+        nb = one_folder_down(with_outputs(nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4), executed))
     except ValueError as exc:
         log.warning("%s: %s: shown as executed; `%s --only %s` makes a new copy", name, exc, REFRESH, name[:2])
         nb = executed
@@ -129,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(OLD_OUT, ignore_errors=True)
     shutil.rmtree(OUT, ignore_errors=True)
     (OUT / "thumbs").mkdir(parents=True)
+    shutil.rmtree(OUT.parent / "solutions", ignore_errors=True)
+    (OUT.parent / "solutions").mkdir()
+    for solution in sorted(SOLUTIONS.glob("*.ipynb")):  # the exercises' solutions, which the lessons link to
+        nb = nbformat.read(solution, as_version=4)
+        # saved unexecuted: highlighted as the kernel would (IPython's lexer reads magics and !commands)
+        nb.metadata.setdefault("language_info", {"name": "python"}).setdefault("pygments_lexer", "ipython3")
+        nbformat.write(nb, OUT.parent / "solutions" / solution.name)
     problems = []
     names = lesson_names()
     for name in names:

@@ -38,7 +38,7 @@ from typing import Any
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_lessons import LessonError, check, with_outputs
+from docs_lessons import LessonError, check, one_folder_down, with_outputs
 from lesson_catalog import (
     ARTIFACTS,
     BY_NAME,
@@ -98,7 +98,7 @@ def run_test(test: str, logs: Path) -> tuple[bool, str]:
 
 def committed_copy(lesson: nbformat.NotebookNode, executed: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The lesson's cells with ``executed``'s outputs, without what changes on every run but the outputs."""
-    nb = with_outputs(lesson, executed)
+    nb = one_folder_down(with_outputs(lesson, executed))  # it lives in notebooks/executed/
     nb.metadata.pop("widgets", None)
     nb.metadata.get("language_info", {}).pop("version", None)
     for cell in nb.cells:

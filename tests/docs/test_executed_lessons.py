@@ -9,6 +9,7 @@ tools/refresh_lessons.py writes from tools/lesson_catalog.py and those copies. N
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -78,6 +79,16 @@ def test_the_copy_shows_on_github_and_passes_the_docs_checks(name: str) -> None:
         assert not set(cell.metadata) & {"execution", "ExecuteTime"}, f"{name}: cell {index} keeps its timestamps"
     assert "widgets" not in nb.metadata
     assert (catalog.THUMBS / f"{name}.png").exists(), f"no thumbnail: {REFRESH.format(name[:2])}"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_the_copys_links_lead_somewhere_from_where_it_is(name: str) -> None:
+    """A lesson's relative links (its exercise's solution) still work from notebooks/executed/ on GitHub."""
+    broken = [target for cell in copy_of(name).cells if cell.cell_type == "markdown"
+              for target in re.findall(r"\]\(([^)\s]+)\)", cell.source)
+              if not re.match(r"[a-z][a-z0-9+.-]*:|#|/", target)
+              and not (catalog.EXECUTED / target.split("#")[0]).exists()]
+    assert not broken, f"{name}: links that lead nowhere from notebooks/executed/: {broken}"
 
 
 def test_the_path_table_is_made_from_the_catalog_and_the_copies() -> None:
