@@ -39,6 +39,7 @@ from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
 from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.engine.roles.task_roles import TaskRoles
 from mwnotebook.engine.roles.task_servers import ParameterServerLost, TaskServers, not_back_line
+from mwnotebook.engine.usage import UsageReader, WorkerUsage
 from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.engine.workers.lifecycle import WorkerGroup
 from mwnotebook.errors import ClusterInterrupted, ClusterStateError, WorkerFailure
@@ -77,6 +78,7 @@ class AsyncCluster:
         self.restart_host_wait = HOST_WAIT_SECONDS
         self._states = TaskStates(max(self.spec.workers, cell_count))
         self._group = WorkerGroup(run_spec, self._layout, cell_count, self.late_output, launcher)
+        self._usage = UsageReader()  # each worker's CPU and memory, here or on its host: engine/usage.py
         self._roles = TaskRoles(run_spec, self._layout, self.late_output, self._running_cell_abort)
         self._start_task: asyncio.Future[None] | None = None
         self._abort: asyncio.Event | None = None
@@ -470,6 +472,10 @@ class AsyncCluster:
                 asked.insert(0, None)
             asked += [task_servers.server(task) for task in task_servers.tasks()]
         return list(await asyncio.gather(*(ask(w) for w in asked)))
+
+    async def usage(self) -> list[WorkerUsage]:
+        """Every cell kernel's CPU share and resident memory, read on its own host (engine/usage.py)."""
+        return await self._usage.read(self._group.workers)
 
     async def stacks(self) -> StacksReport:
         """Every worker's current Python stacks, main thread first; works while a cell is blocked."""

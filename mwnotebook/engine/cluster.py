@@ -25,6 +25,7 @@ from mwnotebook.engine.class_caps import Claim, admit
 from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
 from mwnotebook.engine.loop import background_loop
+from mwnotebook.engine.usage import WorkerUsage
 from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.errors import STACKS_HEADING
 from mwnotebook.launchers import Launcher
@@ -274,6 +275,11 @@ class Cluster:
             self._loop.run(self._core.stop())
         finally:
             self._published.stopped()
+
+    def usage(self) -> list[WorkerUsage]:
+        """Every worker's CPU share (% of one core since the previous call) and resident memory, read
+        on its own host: psutil here, the remote agent's /proc reading on SSH and Slurm hosts."""
+        return self._loop.run(self._core.usage(), timeout=30)
 
     def status(self) -> list[WorkerInfo]:
         """Every task: role, TF_CONFIG task, address, pid, state (cell kernels first, then a --ps cluster's servers)."""

@@ -13,6 +13,7 @@ there"), and mypy checks the implementations. Who has what today:
 | :class:`ReplacesNodes` (``replace_lost_nodes``) | ``SlurmLauncher``, ``RayLauncher`` |
 | :class:`HasLogTail` (``log_tail``) | local and remote kernel handles |
 | :class:`TakesStacks` (``take_stacks``) | remote kernel handles (``launchers/remote/kernel_handle.py``) |
+| :class:`TakesUsage` (``take_usage``) | remote kernel handles (``launchers/remote/kernel_handle.py``) |
 | :class:`HasConnectionFile` (``connection_file``) | local kernel handles (forked or fresh) |
 
 A worker's ``output_log`` is no capability: every engine ``Worker`` has one
@@ -93,6 +94,16 @@ class TakesStacks(Protocol):
     async def take_stacks(self, timeout: float) -> tuple[str, int | None, str]:
         """``(faulthandler text, main thread id, note)``: text '' and a note saying why when there
         is no dump (``processes/shipped/stack_dump.py`` ``take``)."""
+        ...
+
+
+@runtime_checkable
+class TakesUsage(Protocol):
+    """A kernel handle whose kernel's CPU and memory are read on its own host (by its remote agent)."""
+
+    async def take_usage(self, timeout: float) -> tuple[float | None, int | None, str]:
+        """``(cpu_percent, memory_bytes, note)``: from /proc on the kernel's host; None and a note
+        saying why when they cannot be read."""
         ...
 
 

@@ -18,7 +18,7 @@ class AgentEvent(TypedDict, total=False):
     ``processes/shipped/remote_agent.py`` and ``remote_template.py``); which keys come depends on
     ``event``."""
 
-    event: Literal["ports", "ready", "exit", "error", "stacks"]
+    event: Literal["ports", "ready", "exit", "error", "stacks", "usage"]
     python: str  # every event but exit: the interpreter that runs the agent
     version: str  # ports, error "missing": its Python version
     #: ports: the reserved TCP ports (a list); ready from a kernel: channel name -> port
@@ -27,7 +27,7 @@ class AgentEvent(TypedDict, total=False):
     pid: int  # ready: the kernel's or the template's process id
     dir: str  # ready (kernel): its private directory
     forked: bool  # ready (kernel): forked from the host's template
-    note: str  # ready (kernel): why the template could not fork it; stacks: why there is no dump
+    note: str  # ready (kernel): why the template could not fork it; stacks, usage: why there is none
     socket: str  # ready (template): its unix socket's path
     problem: str  # ready (template): what failed to import ('' when all did)
     tensorflow_imported: bool  # ready (template): remote_template.loaded_state()
@@ -43,6 +43,8 @@ class AgentEvent(TypedDict, total=False):
     detail: str  # error
     text: str  # stacks: faulthandler's dump ('' when none: see note)
     main: int | None  # stacks: the kernel's main thread id
+    cpu_percent: float | None  # usage: the kernel's CPU share since the last usage (% of one core)
+    memory_bytes: int | None  # usage: its resident memory (/proc/PID/statm)
 
 
 async def next_agent_event(readline: Callable[[], Awaitable[str | bytes]], host: str) -> AgentEvent | None:

@@ -60,6 +60,9 @@ class RemoteKernelHandle:
         #: The ``stacks`` request waiting for its answer (one at a time: ``_asking``).
         self._stacks: asyncio.Future[AgentEvent] | None = None
         self._asking = asyncio.Lock()
+        #: The ``usage`` request waiting for its answer (one at a time: ``_asking_usage``).
+        self._usage: asyncio.Future[AgentEvent] | None = None
+        self._asking_usage = asyncio.Lock()
         self._watch = asyncio.ensure_future(self._watch_agent())
 
     @property
@@ -74,9 +77,10 @@ class RemoteKernelHandle:
     async def _watch_agent(self) -> None:
         try:
             while (event := await self._agent.next_event()) is not None:
-                if event.get("event") == "stacks":
-                    if self._stacks is not None and not self._stacks.done():
-                        self._stacks.set_result(event)
+                if event.get("event") in ("stacks", "usage"):
+                    waiting = self._stacks if event.get("event") == "stacks" else self._usage
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(event)
                     continue
                 if event.get("event") == "exit":
                     self._exit = str(event.get("description", "exited"))
@@ -136,6 +140,29 @@ class RemoteKernelHandle:
             event = answer.result()
             main = event.get("main")
             return str(event.get("text", "")), int(main) if main is not None else None, str(event.get("note", ""))
+
+    async def take_usage(self, timeout: float) -> tuple[float | None, int | None, str]:
+        """The kernel's CPU share (% of one core since the previous question, or since it started)
+        and resident bytes, read from /proc on its host by its agent (the ``usage`` command of
+        ``processes/shipped/remote_agent.py``): ``(cpu_percent, memory_bytes, note)``, None and a note
+        saying why when there is no answer."""
+        async with self._asking_usage:
+            if self._ended.is_set():
+                return None, None, f"the worker process has ended ({self._exit})"
+            answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._usage = answer
+            self._agent.send("usage")
+            try:
+                await asyncio.wait_for(asyncio.shield(answer), timeout)
+            except asyncio.TimeoutError:
+                answer.cancel()
+                return None, None, f"no answer from the agent on {self.host} within {timeout:g} s"
+            finally:
+                self._usage = None
+            event = answer.result()
+            cpu, memory = event.get("cpu_percent"), event.get("memory_bytes")
+            return (float(cpu) if cpu is not None else None, int(memory) if memory is not None else None,
+                    str(event.get("note", "")))
 
     async def interrupt(self) -> None:
         if not self._ended.is_set():

@@ -17,8 +17,9 @@ appears on a command line or in a process list. Three roles:
     mwnotebook.processes.worker_kernel -f FILE`` where that interpreter can import mwnotebook: the
     same kernel as a local worker, with the worker runtime of processes/worker_runtime.py), waits until the kernel
     has bound its sockets and rewritten the file with the real ports, and reports them. Then it
-    obeys ``interrupt`` / ``stacks`` / ``kill`` lines on stdin (``stacks``: the kernel's Python
-    stacks, read back with stack_dump.py, as a ``stacks`` event). Starting and watching the kernel:
+    obeys ``interrupt`` / ``stacks`` / ``usage`` / ``kill`` lines on stdin (``stacks``: the kernel's Python
+    stacks, read back with stack_dump.py, as a ``stacks`` event; ``usage``: its CPU share and resident
+    memory from /proc, as a ``usage`` event). Starting and watching the kernel:
     remote_kernel.py. When stdin closes (the notebook stopped the
     worker, or the SSH connection dropped) or the agent is terminated, the kernel's whole process
     group is killed and the directory removed. The kernel also gets ``PR_SET_PDEATHSIG`` so that
@@ -188,9 +189,48 @@ def _command_loop(kernel: Kernel) -> None:
             kernel.signal(signal.SIGINT)
         elif command == "stacks":  # in its own thread: an interrupt meanwhile is not held up
             threading.Thread(target=_send_stacks, args=(kernel,), daemon=True).start()
+        elif command == "usage":
+            _send_usage(kernel)
         elif command == "kill":
             break
     kernel.kill()
+
+
+#: The previous ``usage`` reading of the kernel: (pid, CPU seconds, monotonic time), so that each
+#: answer's CPU share is over the time since the last question (as psutil's ``cpu_percent(None)``).
+_last_usage: list[tuple[int, float, float]] = []
+
+
+def proc_usage(pid: int) -> tuple[float, int, float]:
+    """``(CPU seconds used, resident bytes, seconds since it started)`` of a process, from /proc:
+    ``stat`` fields 14-15 (utime, stime) and 22 (start time), in clock ticks; ``statm``'s resident
+    pages (what psutil's ``memory_info().rss`` reads)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    with open("/proc/uptime", "rb") as f:
+        age = float(f.read().split()[0]) - int(fields[19]) / ticks
+    with open(f"/proc/{pid}/statm", "rb") as f:
+        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return cpu, resident, age
+
+
+def _send_usage(kernel: Kernel) -> None:
+    """The kernel's CPU share (percent of one core, since the previous ``usage`` or its start) and
+    resident memory, as one ``usage`` event (``note`` says why not, when it cannot be read)."""
+    pid = kernel.proc.pid
+    try:
+        cpu, resident, age = proc_usage(pid)
+    except (OSError, ValueError, IndexError) as exc:
+        send("usage", pid=pid, cpu_percent=None, memory_bytes=None, note=f"cannot read /proc/{pid}: {exc}")
+        return
+    now = time.monotonic()
+    before = _last_usage[0] if _last_usage and _last_usage[0][0] == pid else (pid, 0.0, now - age)
+    elapsed = now - before[2]
+    percent = 100.0 * (cpu - before[1]) / elapsed if elapsed > 0 else 0.0
+    _last_usage[:] = [(pid, cpu, now)]
+    send("usage", pid=pid, cpu_percent=round(percent, 1), memory_bytes=resident, note="")
 
 
 def _send_stacks(kernel: Kernel) -> None:

@@ -1,0 +1,77 @@
+"""Each worker's CPU share and resident memory, on whatever machine it runs.
+
+A worker on this machine is read here with psutil (as the clusters panel's server does,
+server/service.py); a worker on another host (SSH, Slurm) is read on that host by its agent, from
+/proc (``launchers/remote/kernel_handle.py`` ``take_usage``, ``processes/shipped/remote_agent.py``
+``usage``). Both give the CPU share as percent of one core since the previous reading of that worker
+(or since its start, for the first) and the resident set (/proc/PID/statm's resident pages, what
+psutil reports as ``rss``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from mwnotebook.engine.workers.connection import Worker
+from mwnotebook.launchers.capabilities import TakesUsage
+
+#: Seconds to wait for a remote agent's answer (its host's /proc read is instant; this is the way there).
+USAGE_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class WorkerUsage:
+    """One worker's figures; ``cpu_percent``/``memory_bytes`` None and ``note`` saying why when unknown."""
+
+    index: int
+    host: str
+    pid: int | None
+    cpu_percent: float | None
+    memory_bytes: int | None
+    note: str = ""
+
+
+class UsageReader:
+    """Reads the workers' usage; keeps the previous CPU reading of each local worker (by pid and
+    start time), so that each figure covers the time since the previous one."""
+
+    def __init__(self) -> None:
+        self._previous: dict[tuple[int, float], tuple[float, float]] = {}
+
+    def _local(self, worker: Worker) -> WorkerUsage:
+        handle = worker.handle
+        pid = handle.pid
+        if pid is None:
+            return WorkerUsage(handle.index, handle.host, None, None, None, "not started")
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                started = proc.create_time()
+                times = proc.cpu_times()
+                resident = proc.memory_info().rss
+        except psutil.Error as exc:
+            return WorkerUsage(handle.index, handle.host, pid, None, None, f"cannot read process {pid}: {exc}")
+        cpu, now = times.user + times.system, time.time()
+        before_cpu, before = self._previous.get((pid, started), (0.0, started))
+        self._previous[(pid, started)] = (cpu, now)
+        percent = 100.0 * (cpu - before_cpu) / (now - before) if now > before else 0.0
+        return WorkerUsage(handle.index, handle.host, pid, round(percent, 1), resident)
+
+    async def _one(self, worker: Worker, timeout: float) -> WorkerUsage:
+        handle = worker.handle
+        if isinstance(handle, TakesUsage):
+            cpu, memory, note = await handle.take_usage(timeout)
+            return WorkerUsage(handle.index, handle.host, handle.pid, cpu, memory, note)
+        if getattr(handle, "on_this_machine", False):
+            return self._local(worker)
+        return WorkerUsage(handle.index, handle.host, handle.pid, None, None,
+                           "this engine's workers report no CPU or memory")
+
+    async def read(self, workers: Sequence[Worker], timeout: float = USAGE_TIMEOUT) -> list[WorkerUsage]:
+        """Every worker's usage, read at once."""
+        return list(await asyncio.gather(*(self._one(w, timeout) for w in workers)))
