@@ -282,6 +282,19 @@ def test_a_failed_run_is_kept_and_marked_in_mlflow(notebook: Notebook, places: d
     assert "failed: worker 1 raised ValueError: bad lr" in notebook.run("%mwruns")["data"]
 
 
+@pytest.mark.parametrize("line, says", [
+    ("--diff 98 99", "%mwruns: no run 98 in this kernel's history (runs: "),
+    ("--log 1", "%mwruns --log N: say where to: --tensorboard DIR and/or --mlflow [EXPERIMENT]"),
+    ("--tensorboard somewhere", "%mwruns: --tensorboard and --mlflow go with --log N (which run to send)"),
+    ("--log 1 --tensorboard ' '", "--tensorboard needs a directory"),
+    ("--diff 1", "%mwruns: argument --diff: expected 2 arguments"),
+])
+def test_bad_mwruns_input_is_one_usage_line(notebook: Notebook, line: str, says: str) -> None:
+    got = notebook.run(f"%mwruns {line}")
+    assert got["stderr"].startswith("UsageError: ") and says in got["stderr"], got
+    assert not got["stdout"] and not got["error"]
+
+
 def test_a_restarted_kernel_lists_the_sessions_runs(notebook: Notebook, places: dict[str, Path]) -> None:
     before = notebook.run("%mwruns")["data"]
     numbers = [line.split()[0] for line in before.splitlines() if re.match(r"^\d+\s", line)]
