@@ -28,6 +28,10 @@ with strategy.scope():
     model.compile(optimizer=tf.keras.optimizers.Adam(0.05), loss="binary_crossentropy", metrics=["accuracy"])
 model.fit(ds, epochs=3, steps_per_epoch=20)
 '''
+#: The fit with worker 1's input sleeping 60 ms per batch: the cell ends with the slow worker's line.
+SLOW_FIT = FIT.replace("ds = tf.data", "import time, mwnotebook.worker as mw\nds = tf.data").replace(
+    ".batch(32)", ".batch(32).map(lambda a, b: (tf.reshape(tf.py_function(lambda t: time.sleep(0.06 * mw.task_index()) "
+    "or t, [a], tf.float32), [-1, 8]), b))").replace("epochs=3, steps_per_epoch=20)", "epochs=1, steps_per_epoch=30, verbose=0)")
 CELLS = [
     "%load_ext mwnotebook",
     '%%mwtrain --workers 2 --cpu\nprint("hi")',
@@ -36,6 +40,7 @@ CELLS = [
     "%%mwtrain --workers 2 --cpu\nfrom IPython.display import clear_output\nfor i in range(30):\n"
     "    clear_output(wait=True)\n    print('step', i)",
     "%%mwtrain --workers 2 --cpu\nimport os\nint(os.environ['MWNOTEBOOK_WORKER_INDEX']) * 10",
+    SLOW_FIT,
 ]
 
 
@@ -167,3 +172,16 @@ def test_saved_outputs_are_valid_json(executed_file):
         assert len(read.outputs) == len(ran.outputs)
         for w in (0, 1):
             assert worker_text(read.outputs, w) == worker_text(ran.outputs, w)
+
+
+def test_a_fit_with_a_slow_worker_ends_with_one_line_naming_it(executed):
+    """The status table splits each worker's step; the line comes only under the slow fit
+    (mwnotebook/shared/step_times.py), not under the even FIT cell."""
+    nb, _ = executed
+    slow = [o for o in nb.cells[6].outputs if o.get("output_type") == "stream" and "is the slow worker" in o["text"]]
+    assert len(slow) == 1, nb.cells[6].outputs
+    assert slow[0]["text"].startswith("mwnotebook: worker 1 is the slow worker, input-bound"), slow[0]["text"]
+    html = "".join(o.get("data", {}).get("text/html", "") for o in nb.cells[6].outputs)
+    assert "ms before collective" in html
+    even = [o for o in nb.cells[2].outputs if o.get("output_type") == "stream" and "slow worker" in o["text"]]
+    assert even == []
