@@ -144,24 +144,27 @@ def test_a_sigkilled_notebook_process_leaves_no_actor_agent_or_kernel(ray_env: r
         from mwnotebook import Cluster
         cluster = Cluster(ray={ray_env.address!r}, cpu=True)
         cluster.start()
+        print("TEMPLATES", *[t.pid for t in cluster.launcher.templates], flush=True)
         print("PIDS", *[s.pid for s in cluster.status()], flush=True)
         time.sleep(600)
     """)
     notebook = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, **ray_env.env()})
     try:
-        line = ""
+        line, templates = "", set()
         assert notebook.stdout is not None
         while not line.startswith("PIDS"):
             line = notebook.stdout.readline()
             assert line, "the notebook process ended before its workers started"
+            if line.startswith("TEMPLATES"):
+                templates = {int(p) for p in line.split()[1:]}
         kernels = [int(p) for p in line.split()[1:]]
         assert len(ray_env.actor_pids()) == 2 and all(running(p) for p in kernels)
         agents = {p.pid for k in kernels for p in psutil.Process(k).parents()
                   if "mwnotebook-remote-agent" in " ".join(p.cmdline())}
         # each kernel was forked by its node's worker template (the agent in its template role): it goes too
-        templates = {psutil.Process(k).ppid() for k in kernels}
-        assert len(templates) == 2 and templates <= agents, (templates, agents)
+        assert len(templates) == 2 and {psutil.Process(k).ppid() for k in kernels} == templates <= agents, \
+            (templates, agents)
         killed = time.monotonic()
         notebook.send_signal(signal.SIGKILL)
         notebook.wait(10)
