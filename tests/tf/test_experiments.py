@@ -11,6 +11,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,15 +52,19 @@ class Notebook:
         self.client = self.km.blocking_client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=120)
+        self.last_stdout = ""  # what the running cell printed so far (another thread may read it)
 
     def run(self, code: str, timeout: float = 300) -> dict[str, Any]:
         """``stdout``, ``stderr``, ``data`` (text/plain of displays) and ``error`` (ename: evalue or "")."""
         out: dict[str, Any] = {"stdout": "", "stderr": "", "data": "", "error": ""}
+        self.last_stdout = ""
 
         def hook(msg: dict[str, Any]) -> None:
             kind, content = msg["msg_type"], msg["content"]
             if kind == "stream":
                 out[content["name"]] += content["text"]
+                if content["name"] == "stdout":
+                    self.last_stdout += content["text"]
             elif kind in ("display_data", "execute_result", "update_display_data"):
                 out["data"] += content["data"].get("text/plain", "") + "\n"
             elif kind == "error":
@@ -280,6 +285,29 @@ def test_a_failed_run_is_kept_and_marked_in_mlflow(notebook: Notebook, places: d
     assert len(runs) == 1 and runs[0].info.status == "FAILED"
     assert runs[0].data.tags["mwnotebook.outcome"] == "failed" and "bad lr" in runs[0].data.tags["mwnotebook.error"]
     assert "failed: worker 1 raised ValueError: bad lr" in notebook.run("%mwruns")["data"]
+
+
+def test_an_interrupted_run_is_kept_as_interrupted(notebook: Notebook) -> None:
+    done = threading.Event()
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        result.update(notebook.run("%%mwtrain --workers 2 --cpu\nimport time\nprint('sleeping', flush=True)\n"
+                                   "time.sleep(60)"))
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    deadline = time.monotonic() + 60  # a generous hang bound: the workers print within seconds
+    while "sleeping" not in notebook.last_stdout and time.monotonic() < deadline:
+        time.sleep(0.2)
+    notebook.km.interrupt_kernel()  # the user's Ctrl-C
+    assert done.wait(60), "the interrupted cell did not end"
+    assert "ClusterInterrupted" in result["error"], result
+    last = "get_ipython().magics_manager.registry['MWMagics'].session.runs.records()[-1]"
+    assert notebook.value(f"[{last}.outcome, {last}.error]") == ["interrupted", ""]
+    table = notebook.run("%mwruns")["data"]
+    latest = next(line for line in table.splitlines() if re.match(r"^\d+\s", line))
+    assert re.search(r"\s2\s+interrupted\s+--workers 2 --cpu", latest), latest
 
 
 @pytest.mark.parametrize("line, says", [

@@ -36,7 +36,7 @@ from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.class_caps import running_summary
 from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.roles import notebook_coordinator
-from mwnotebook.errors import ClusterRunError, ConfigError, MWNotebookError
+from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError
 from mwnotebook.experiments.collect import RunCollector
 from mwnotebook.experiments.history import Outcome, RunHistory, RunRecord, cell_hash
 from mwnotebook.experiments.outlets import Outlets
@@ -271,12 +271,14 @@ class MWMagics(Magics):
             outcome = "ok"
         except MWNotebookError as exc:
             error = _one_line(exc)
+            if isinstance(exc, ClusterInterrupted):  # Ctrl-C: the workers were interrupted on purpose
+                outcome, error = "interrupted", ""
             _finish(output, chart)
             if isinstance(exc, ConfigError):
                 raise UsageError(str(exc)) from None
             raise
         except BaseException as exc:  # e.g. a second Ctrl-C: no display update may land in a later cell
-            outcome, error = ("interrupted", "interrupted") if isinstance(exc, KeyboardInterrupt) else (
+            outcome, error = ("interrupted", "") if isinstance(exc, KeyboardInterrupt) else (
                 "failed", _one_line(exc))
             _finish(output, chart)
             raise
