@@ -32,6 +32,17 @@ model.fit(ds, epochs=3, steps_per_epoch=20)
 SLOW_FIT = FIT.replace("ds = tf.data", "import time, mwnotebook.worker as mw\nds = tf.data").replace(
     ".batch(32)", ".batch(32).map(lambda a, b: (tf.reshape(tf.py_function(lambda t: time.sleep(0.06 * mw.task_index()) "
     "or t, [a], tf.float32), [-1, 8]), b))").replace("epochs=3, steps_per_epoch=20)", "epochs=1, steps_per_epoch=30, verbose=0)")
+#: ``%mwcluster status``'s memory column beside psutil's reading of the same pid, in the notebook
+#: kernel while the workers live (idle kernels: their memory holds still).
+USAGE_AGAINST_PSUTIL = """from IPython.utils.capture import capture_output
+import psutil
+with capture_output() as cap:
+    get_ipython().run_line_magic("mwcluster", "status")
+text = "".join(o.data.get("text/plain", "") for o in cap.outputs)
+for row in text.split("CPU and memory, read on each worker's host\\n", 1)[1].splitlines()[1:]:
+    worker, host, pid, cpu, memory = row.split()[:5]
+    print("USAGE", worker, memory, psutil.Process(int(pid)).memory_info().rss / 2**20)
+"""
 CELLS = [
     "%load_ext mwnotebook",
     '%%mwtrain --workers 2 --cpu\nprint("hi")',
@@ -41,6 +52,8 @@ CELLS = [
     "    clear_output(wait=True)\n    print('step', i)",
     "%%mwtrain --workers 2 --cpu\nimport os\nint(os.environ['MWNOTEBOOK_WORKER_INDEX']) * 10",
     SLOW_FIT,
+    "%mwcluster status",
+    USAGE_AGAINST_PSUTIL,
 ]
 
 
@@ -185,3 +198,17 @@ def test_a_fit_with_a_slow_worker_ends_with_one_line_naming_it(executed):
     assert "ms before collective" in html
     even = [o for o in nb.cells[2].outputs if o.get("output_type") == "stream" and "slow worker" in o["text"]]
     assert even == []
+
+
+def test_mwcluster_status_shows_each_workers_cpu_and_memory(executed):
+    """``%mwcluster status``'s second table (engine/usage.py, frontend/notebook/usage_view.py)."""
+    nb, _ = executed
+    text = "".join(o.get("data", {}).get("text/plain", "") for o in nb.cells[7].outputs)
+    lines = text.split("CPU and memory, read on each worker's host\n", 1)[1].splitlines()
+    assert lines[0].split() == ["worker", "host", "pid", "CPU", "%", "memory", "MiB", "note"], text
+    assert [line.split()[0] for line in lines[1:]] == ["0", "1"], text
+    usage = [line.split() for o in nb.cells[8].outputs if o.get("output_type") == "stream"
+             for line in o["text"].splitlines() if line.startswith("USAGE")]
+    assert [u[1] for u in usage] == ["0", "1"], nb.cells[8].outputs
+    for _, _, shown, rss in usage:
+        assert abs(float(shown) - float(rss)) <= max(20.0, 0.1 * float(rss)), usage

@@ -89,3 +89,16 @@ def test_the_status_table_shows_the_split() -> None:
     assert "ms before collective" in board.html()
     assert "worker 1: " in board.text() and "90.0 ms before the collective, 2.0 ms in it" in board.text()
     assert "ms before" not in StatusBoard(2, "loss").html()
+
+
+def test_the_usage_table_of_mwcluster_status() -> None:
+    from mwnotebook.engine.usage import WorkerUsage
+    from mwnotebook.frontend.notebook.usage_view import usage_bundle
+
+    bundle = usage_bundle([WorkerUsage(0, "mwhost0", 41, 97.4, 512 * 1024 * 1024),
+                           WorkerUsage(1, "node2", None, None, None, "not started")])
+    lines = bundle["text/plain"].splitlines()
+    assert lines[0] == "CPU and memory, read on each worker's host"
+    assert lines[2].split() == ["0", "mwhost0", "41", "97", "512"]
+    assert lines[3].split() == ["1", "node2", "-", "-", "-", "not", "started"]
+    assert "<td style='text-align:left'>512</td>" in bundle["text/html"]

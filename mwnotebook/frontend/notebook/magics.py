@@ -47,6 +47,7 @@ from mwnotebook.frontend.notebook import runs_view as runs_view
 from mwnotebook.frontend.notebook.keras_choice import KerasChoice
 from mwnotebook.frontend.notebook.live_chart import DEFAULT_COMPARE, ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
+from mwnotebook.frontend.notebook.usage_view import usage_bundle
 from mwnotebook.frontend.notebook.views import caps_text, security_notice, status_bundle, tf_config_bundle
 from mwnotebook.frontend.text.relay import TextRelay, WorkerNames
 from mwnotebook.shared.events import Event, EventSink
@@ -334,6 +335,7 @@ class MWMagics(Magics):
             print("mwnotebook: no cluster is running (start one with %%mwtrain or %mwcluster start)")
         elif ns.action == "status":
             publish_display_data(status_bundle(running.status(), running.devices()))
+            publish_display_data(usage_bundle(running.usage()))  # CPU and memory on each worker's host
             self._print_caps(running)
             job = running.scheduler_status()
             if job:
