@@ -70,6 +70,9 @@ class RunRecord:
     options: Mapping[str, str] = field(default_factory=dict)
     #: Every task's TF_CONFIG as the run's cluster had them: ``{"name", "host", "tf_config"}`` each.
     tasks: tuple[Mapping[str, str], ...] = ()
+    #: The front end's id of the notebook cell that ran it (JupyterLab and Notebook 7 send one with
+    #: every execution; None where none was sent, e.g. nbclient): an edited cell keeps its id.
+    cell_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)
@@ -144,7 +147,7 @@ class RunHistory:
                outcome: Outcome = "ok", error: str = "", metrics: Sequence[Mapping[str, Any]] = (),
                restarts: int = 0, chart: dict[str, Any] | None = None, duration: float | None = None,
                options: Mapping[str, str] | None = None,
-               tasks: Sequence[Mapping[str, str]] = ()) -> RunRecord:
+               tasks: Sequence[Mapping[str, str]] = (), cell_id: str | None = None) -> RunRecord:
         """Keep one finished run: the one call ``%%mwtrain`` makes at the end of every run.
 
         ``metrics``: every record the workers reported (each with its ``worker``); ``chart``: the
@@ -153,7 +156,8 @@ class RunHistory:
             number=self.next_number(), line=line, cell_hash=cell_hash(cell), cell=cell, started=started,
             duration=time.time() - started if duration is None else duration, workers=workers,
             hosts=tuple(hosts), outcome=outcome, error=error, final=final_values(metrics),
-            restarts=restarts, chart=chart, options=dict(options or {}), tasks=tuple(dict(t) for t in tasks))
+            restarts=restarts, chart=chart, options=dict(options or {}), tasks=tuple(dict(t) for t in tasks),
+            cell_id=cell_id)
         return self.add(record, metrics)
 
     def update(self, number: int, **changes: Any) -> RunRecord:
@@ -187,9 +191,12 @@ class RunHistory:
             self._metrics[number] = rows
         return [dict(r) for r in rows]
 
-    def earlier_runs(self, cell_hash: str, limit: int) -> list[RunRecord]:
-        """The last ``limit`` runs of the cell with this hash, latest first."""
-        same = [r for r in reversed(self._records) if r.cell_hash == cell_hash]
+    def earlier_runs(self, cell_hash: str, limit: int, cell_id: str | None = None) -> list[RunRecord]:
+        """The last ``limit`` runs of the same cell, latest first: the runs of the notebook cell with
+        this front-end ``cell_id`` (its text edited in between, e.g. a new learning rate), and the runs
+        of this very text wherever it ran (a kernel without cell ids, such as nbclient's)."""
+        same = [r for r in reversed(self._records)
+                if r.cell_hash == cell_hash or (cell_id is not None and r.cell_id == cell_id)]
         return same[:max(0, limit)]
 
     def __len__(self) -> int:

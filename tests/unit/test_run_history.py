@@ -103,3 +103,19 @@ def test_kernel_id_from_the_connection_file() -> None:
     assert kernel_id("/run/user/0/jupyter/kernel-3f2a-99.json") == "3f2a-99"
     assert kernel_id("/tmp/tmpnjvp7hfe.json") == "tmpnjvp7hfe"  # jupyter_client alone (nbclient)
     assert kernel_id("/tmp/a b.json") is None and kernel_id("/tmp/kernel.txt") is None
+
+
+def test_earlier_runs_follow_an_edited_notebook_cell_by_its_front_end_id() -> None:
+    """A new learning rate typed into the same cell changes its text, not its id: its earlier runs
+    are still that cell's; a kernel with no cell ids (nbclient) still matches by the text."""
+    history = RunHistory()
+    history.record(line="", cell="lr = 0.1", started=1.0, duration=1.0, workers=2, cell_id="cell-a")
+    history.record(line="", cell="lr = 0.2", started=2.0, duration=1.0, workers=2, cell_id="cell-a")
+    history.record(line="", cell="lr = 0.1", started=3.0, duration=1.0, workers=2, cell_id="cell-b")
+    history.record(line="", cell="other", started=4.0, duration=1.0, workers=2)
+    assert [r.number for r in history.earlier_runs(cell_hash("lr = 0.3"), 5, "cell-a")] == [2, 1]
+    assert [r.number for r in history.earlier_runs(cell_hash("lr = 0.1"), 5, None)] == [3, 1]
+    assert [r.number for r in history.earlier_runs(cell_hash("lr = 0.1"), 1, "cell-a")] == [3]
+    assert history.earlier_runs(cell_hash("lr = 0.3"), 5, "cell-c") == []
+    kept = history.records()[0].to_json()
+    assert kept["cell_id"] == "cell-a"

@@ -257,8 +257,9 @@ class MWMagics(Magics):
         kernels = len(spec.layout.cell_tasks())  # a --ps cluster runs the cell in its coordinator only
         names = spec.layout.kernel_names()  # [evaluator], [coordinator]: for the text and the chart
         output = _output_sink(self.shell, kernels, names, ns.show_tf_startup, clears="clear_output" in cell)
+        cell_id = front_end_cell_id(self.shell)
         chart = None if ns.no_dashboard else _chart_sink(
-            spec, names, self.session.runs.earlier_runs(cell_hash(cell), ns.compare), ns.compare_saved)
+            spec, names, self.session.runs.earlier_runs(cell_hash(cell), ns.compare, cell_id), ns.compare_saved)
         measured = RunCollector()  # the run history's copy of every metric record, whatever the end
         on_event = _fan_out(*([chart] if chart is not None else []), output, measured)
         late_view.begin_cell(self.shell, cluster, output)  # output after the cell: labelled, not lost
@@ -293,7 +294,7 @@ class MWMagics(Magics):
                 line=line, cell=cell, started=started, workers=kernels, hosts=_hosts(cluster),
                 outcome=outcome, error=error, metrics=measured.records, restarts=measured.restarts,
                 chart=chart.snapshot() if chart is not None else None,
-                options=_set_options(ns), tasks=_tasks(cluster))
+                options=_set_options(ns), tasks=_tasks(cluster), cell_id=cell_id)
             runs_view.after_run(self.shell, self.session.runs, run.number, outlets)
         self.session.last_result = result
         # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
@@ -392,6 +393,19 @@ def _output_sink(shell: Any, num_workers: int, names: WorkerNames, show_startup:
         return WorkerOutputAreas(num_workers, show_startup=show, areas_from_start=clears, names=names)
     return TextRelay(sys.stdout, sys.stderr, display=lambda d, m: publish_display_data(d, m), show_startup=show,
                      num_workers=num_workers, names=names)
+
+
+def front_end_cell_id(shell: Any) -> str | None:
+    """The id JupyterLab and Notebook 7 send with the running cell (``metadata.cellId`` of the
+    execute request); None outside a Jupyter kernel or when the front end sent none."""
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        return None
+    try:
+        cell_id = kernel.get_parent().get("metadata", {}).get("cellId")
+    except (AttributeError, TypeError):  # an older ipykernel without get_parent, or no request
+        return None
+    return cell_id if isinstance(cell_id, str) and cell_id else None
 
 
 def _chart_sink(spec: ClusterSpec, names: WorkerNames, earlier: Sequence[RunRecord] = (),
