@@ -5,7 +5,8 @@ server/service.py); a worker on another host (SSH, Slurm) is read on that host b
 /proc (``launchers/remote/kernel_handle.py`` ``take_usage``, ``processes/shipped/remote_agent.py``
 ``usage``). Both give the CPU share as percent of one core since the previous reading of that worker
 (or since its start, for the first) and the resident set (/proc/PID/statm's resident pages, what
-psutil reports as ``rss``).
+psutil reports as ``rss``), and the memory limit it lives under (the host's memory, or its memory
+cgroup's limit when smaller: a Slurm job's ``--mem``), flagged when the worker is near it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ import psutil
 
 from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.launchers.capabilities import TakesUsage
+from mwnotebook.processes.shipped.proc_usage import memory_limit
 
+#: A worker whose resident memory is at least this share of its limit is flagged (``near_limit``):
+#: past it the kernel is one large allocation away from the OOM killer.
+NEAR_LIMIT = 0.9
 #: Seconds to wait for a remote agent's answer (its host's /proc read is instant; this is the way there).
 USAGE_TIMEOUT = 10.0
 
@@ -34,6 +39,13 @@ class WorkerUsage:
     cpu_percent: float | None
     memory_bytes: int | None
     note: str = ""
+    #: The smallest of the host's memory and its memory cgroup's limits (proc_usage.py ``memory_limit``).
+    memory_limit: int | None = None
+
+    @property
+    def near_limit(self) -> bool:
+        """Resident memory at :data:`NEAR_LIMIT` of the limit or more."""
+        return bool(self.memory_bytes and self.memory_limit and self.memory_bytes >= NEAR_LIMIT * self.memory_limit)
 
 
 class UsageReader:
@@ -60,13 +72,14 @@ class UsageReader:
         before_cpu, before = self._previous.get((pid, started), (0.0, started))
         self._previous[(pid, started)] = (cpu, now)
         percent = 100.0 * (cpu - before_cpu) / (now - before) if now > before else 0.0
-        return WorkerUsage(handle.index, handle.host, pid, round(percent, 1), resident)
+        return WorkerUsage(handle.index, handle.host, pid, round(percent, 1), resident,
+                           memory_limit=memory_limit(pid))
 
     async def _one(self, worker: Worker, timeout: float) -> WorkerUsage:
         handle = worker.handle
         if isinstance(handle, TakesUsage):
-            cpu, memory, note = await handle.take_usage(timeout)
-            return WorkerUsage(handle.index, handle.host, handle.pid, cpu, memory, note)
+            cpu, memory, limit, note = await handle.take_usage(timeout)
+            return WorkerUsage(handle.index, handle.host, handle.pid, cpu, memory, note, limit)
         if getattr(handle, "on_this_machine", False):
             return self._local(worker)
         return WorkerUsage(handle.index, handle.host, handle.pid, None, None,

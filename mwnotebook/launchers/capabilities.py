@@ -101,9 +101,9 @@ class TakesStacks(Protocol):
 class TakesUsage(Protocol):
     """A kernel handle whose kernel's CPU and memory are read on its own host (by its remote agent)."""
 
-    async def take_usage(self, timeout: float) -> tuple[float | None, int | None, str]:
-        """``(cpu_percent, memory_bytes, note)``: from /proc on the kernel's host; None and a note
-        saying why when they cannot be read."""
+    async def take_usage(self, timeout: float) -> tuple[float | None, int | None, int | None, str]:
+        """``(cpu_percent, memory_bytes, memory_limit, note)``: from /proc on the kernel's host; None
+        and a note saying why when they cannot be read."""
         ...
 
 

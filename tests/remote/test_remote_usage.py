@@ -1,8 +1,10 @@
 """CPU and memory of remote workers (``Cluster.usage()``: engine/usage.py): on the SSH test hosts
 each worker's agent reads its kernel's /proc on its host (processes/shipped/remote_agent.py, the
 ``usage`` command). Checked against /proc read in the host's own namespace: resident memory within
-5 %, and the CPU share of a cell that spins for 3 s against the CPU seconds /proc counted meanwhile.
-One two-host cluster; ~20 s."""
+5 %, and the CPU share of a cell that spins for 3 s against the CPU seconds /proc counted meanwhile;
+and the memory limit: these hosts see no cgroup (``ip netns exec`` mounts a fresh /sys), so it is
+their /proc/meminfo's MemTotal (a cgroup's limit: tests/integration/test_worker_usage.py).
+One two-host cluster; ~30 s."""
 
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ def test_remote_workers_cpu_and_memory_match_proc_on_their_hosts(ssh_home: netns
         after = [_proc(host, u.pid) for host, u in zip(ssh_home.hosts, first) if u.pid is not None]
         second = cluster.usage()
         elapsed = time.monotonic() - started
+        memtotal = [int(next(x for x in h.exec("cat", "/proc/meminfo").stdout.splitlines()
+                             if x.startswith("MemTotal:")).split()[1]) * 1024 for h in ssh_home.hosts]
     assert [u.host for u in first] == list(hosts) and len(before) == len(after) == 2, first
     for u, (rss, _) in zip(first, before):
         assert u.memory_bytes is not None and u.note == "", u
@@ -56,3 +60,5 @@ def test_remote_workers_cpu_and_memory_match_proc_on_their_hosts(ssh_home: netns
         # the CPU seconds /proc counted while the cell spun, over (at least) the time it took
         expected = 100.0 * (cpu1 - cpu0) / elapsed
         assert cpu1 - cpu0 >= 2.5 and abs(u.cpu_percent - expected) <= max(20.0, 0.3 * expected), (u, expected)
+    # these hosts (network namespaces entered with ip netns exec) see no cgroup: their limit is MemTotal
+    assert [u.memory_limit for u in second] == memtotal and not any(u.near_limit for u in second), second

@@ -205,7 +205,7 @@ def test_mwcluster_status_shows_each_workers_cpu_and_memory(executed):
     nb, _ = executed
     text = "".join(o.get("data", {}).get("text/plain", "") for o in nb.cells[7].outputs)
     lines = text.split("CPU and memory, read on each worker's host\n", 1)[1].splitlines()
-    assert lines[0].split() == ["worker", "host", "pid", "CPU", "%", "memory", "MiB", "note"], text
+    assert lines[0].split() == ["worker", "host", "pid", "CPU", "%", "memory", "MiB", "limit", "MiB", "note"], text
     assert [line.split()[0] for line in lines[1:]] == ["0", "1"], text
     usage = [line.split() for o in nb.cells[8].outputs if o.get("output_type") == "stream"
              for line in o["text"].splitlines() if line.startswith("USAGE")]

@@ -3,6 +3,7 @@ step clock with a fake clock (mwnotebook/worker/_step_clock.py), and the status 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from mwnotebook.frontend.chart.status import StatusBoard
@@ -95,10 +96,33 @@ def test_the_usage_table_of_mwcluster_status() -> None:
     from mwnotebook.engine.usage import WorkerUsage
     from mwnotebook.frontend.notebook.usage_view import usage_bundle
 
-    bundle = usage_bundle([WorkerUsage(0, "mwhost0", 41, 97.4, 512 * 1024 * 1024),
-                           WorkerUsage(1, "node2", None, None, None, "not started")])
+    mib = 1024 * 1024
+    bundle = usage_bundle([WorkerUsage(0, "mwhost0", 41, 97.4, 512 * mib, memory_limit=4096 * mib),
+                           WorkerUsage(1, "node2", 7, 3.0, 950 * mib, memory_limit=1000 * mib),
+                           WorkerUsage(2, "node3", None, None, None, "not started")])
     lines = bundle["text/plain"].splitlines()
     assert lines[0] == "CPU and memory, read on each worker's host"
-    assert lines[2].split() == ["0", "mwhost0", "41", "97", "512"]
-    assert lines[3].split() == ["1", "node2", "-", "-", "-", "not", "started"]
+    assert lines[2].split() == ["0", "mwhost0", "41", "97", "512", "4096"]
+    assert lines[3].split() == ["1", "node2", "7", "3", "950", "1000", "NEAR", "ITS", "MEMORY", "LIMIT", "(95%)"]
+    assert lines[4].split() == ["2", "node3", "-", "-", "-", "-", "not", "started"]
     assert "<td style='text-align:left'>512</td>" in bundle["text/html"]
+
+
+def test_the_memory_limit_is_the_smallest_of_memtotal_and_the_cgroups(tmp_path: Path) -> None:
+    from mwnotebook.processes.shipped.proc_usage import memory_limit
+
+    (tmp_path / "proc/7").mkdir(parents=True)
+    (tmp_path / "proc/meminfo").write_text("MemTotal:       24683784 kB\nMemFree: 1 kB\n")
+    (tmp_path / "proc/7/cgroup").write_text("4:memory:/job_1/step_0\n0::/user.slice/u\n1:cpu:/\n")
+    assert memory_limit(7, str(tmp_path)) == 24683784 * 1024  # no limit files: the machine's memory
+    v1 = tmp_path / "sys/fs/cgroup/memory/job_1"
+    (v1 / "step_0").mkdir(parents=True)
+    (v1 / "step_0/memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    (v1 / "memory.limit_in_bytes").write_text(f"{2 * 2**30}\n")  # the job's --mem=2G, on the parent
+    assert memory_limit(7, str(tmp_path)) == 2 * 2**30
+    v2 = tmp_path / "sys/fs/cgroup/user.slice/u"
+    v2.mkdir(parents=True)
+    (v2 / "memory.max").write_text(f"{2**30}\n")
+    (tmp_path / "sys/fs/cgroup/user.slice/memory.max").write_text("max\n")
+    assert memory_limit(7, str(tmp_path)) == 2**30
+    assert memory_limit(8, str(tmp_path)) == 24683784 * 1024  # no such process: the machine's memory

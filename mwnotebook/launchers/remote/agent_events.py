@@ -45,6 +45,7 @@ class AgentEvent(TypedDict, total=False):
     main: int | None  # stacks: the kernel's main thread id
     cpu_percent: float | None  # usage: the kernel's CPU share since the last usage (% of one core)
     memory_bytes: int | None  # usage: its resident memory (/proc/PID/statm)
+    memory_limit: int | None  # usage: the smallest of MemTotal and its memory cgroup's limits
 
 
 async def next_agent_event(readline: Callable[[], Awaitable[str | bytes]], host: str) -> AgentEvent | None:

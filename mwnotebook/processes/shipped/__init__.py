@@ -22,7 +22,8 @@ def path(filename: str) -> Path:
 
 #: Shipped files that other shipped files import (``from . import NAME``, falling back to ``import
 #: NAME`` when run from source): :func:`bundle` sends them along as modules of that name.
-HELPERS = ("owner_watch", "remote_kernel", "stack_dump")  # in import order: remote_kernel needs owner_watch
+#: (In import order: remote_kernel needs owner_watch.)
+HELPERS = ("owner_watch", "remote_kernel", "stack_dump", "proc_usage")
 
 _BUNDLE = """import sys as _mw_sys, types as _mw_types
 for _mw_name, _mw_text in {helpers!r}:

@@ -50,8 +50,9 @@ import time
 from typing import Any
 
 try:  # imported as part of the package
-    from . import remote_kernel, stack_dump
+    from . import proc_usage, remote_kernel, stack_dump
 except ImportError:  # run from source: the helpers were sent along (processes/shipped/__init__.py bundle)
+    import proc_usage  # type: ignore[no-redef]
     import remote_kernel  # type: ignore[no-redef]
     import stack_dump  # type: ignore[no-redef]
 
@@ -201,36 +202,23 @@ def _command_loop(kernel: Kernel) -> None:
 _last_usage: list[tuple[int, float, float]] = []
 
 
-def proc_usage(pid: int) -> tuple[float, int, float]:
-    """``(CPU seconds used, resident bytes, seconds since it started)`` of a process, from /proc:
-    ``stat`` fields 14-15 (utime, stime) and 22 (start time), in clock ticks; ``statm``'s resident
-    pages (what psutil's ``memory_info().rss`` reads)."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    with open("/proc/uptime", "rb") as f:
-        age = float(f.read().split()[0]) - int(fields[19]) / ticks
-    with open(f"/proc/{pid}/statm", "rb") as f:
-        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return cpu, resident, age
-
-
 def _send_usage(kernel: Kernel) -> None:
     """The kernel's CPU share (percent of one core, since the previous ``usage`` or its start) and
     resident memory, as one ``usage`` event (``note`` says why not, when it cannot be read)."""
     pid = kernel.proc.pid
     try:
-        cpu, resident, age = proc_usage(pid)
+        cpu, resident, age = proc_usage.proc_usage(pid)
     except (OSError, ValueError, IndexError) as exc:
-        send("usage", pid=pid, cpu_percent=None, memory_bytes=None, note=f"cannot read /proc/{pid}: {exc}")
+        send("usage", pid=pid, cpu_percent=None, memory_bytes=None, memory_limit=None,
+             note=f"cannot read /proc/{pid}: {exc}")
         return
     now = time.monotonic()
     before = _last_usage[0] if _last_usage and _last_usage[0][0] == pid else (pid, 0.0, now - age)
     elapsed = now - before[2]
     percent = 100.0 * (cpu - before[1]) / elapsed if elapsed > 0 else 0.0
     _last_usage[:] = [(pid, cpu, now)]
-    send("usage", pid=pid, cpu_percent=round(percent, 1), memory_bytes=resident, note="")
+    send("usage", pid=pid, cpu_percent=round(percent, 1), memory_bytes=resident,
+         memory_limit=proc_usage.memory_limit(pid), note="")
 
 
 def _send_stacks(kernel: Kernel) -> None:
