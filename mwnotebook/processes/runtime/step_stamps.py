@@ -3,7 +3,7 @@ gradient all-reduce and how long it waited there (``mwnotebook/worker/_step_cloc
 ``mwnotebook/shared/step_times.py``).
 
 Two ``tf.py_function`` ops per step (no inputs: ordered by control dependencies, so no tensor is
-handed to Python), only under a strategy with more than one replica: one in ``Model.train_step`` that
+handed to Python), only under MultiWorkerMirroredStrategy with more than one replica: one in ``Model.train_step`` that
 runs once the batch is there (after the batch's first tensor), one in
 ``tf_keras.src.optimizers.utils.all_reduce_sum_gradients`` (the all-reduce of both the new and the
 legacy optimizers) that runs once every dense gradient is computed, the all-reduce made to wait for
@@ -32,9 +32,14 @@ def enabled() -> bool:
 
 
 def _distributed(tf: Any) -> bool:
+    """Under MultiWorkerMirroredStrategy with more than one replica: the synchronous multi-worker
+    training where a slow worker holds the others (not parameter servers, whose steps run as
+    closures on worker servers where no Python of ours is; not a TPU, where no py_function runs)."""
     if not tf.distribute.has_strategy():
         return False
-    return int(getattr(tf.distribute.get_strategy(), "num_replicas_in_sync", 1)) > 1
+    strategy = tf.distribute.get_strategy()
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and int(getattr(strategy, "num_replicas_in_sync", 1)) > 1)
 
 
 def _in_xla(tf: Any) -> bool:
