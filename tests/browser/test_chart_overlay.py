@@ -3,9 +3,10 @@ Chromium): the same small 2-worker ``model.fit`` cell runs three times in one ke
 
 Run 1 draws no earlier run. The same cell run again (run 2) draws run 1 faintly in every panel,
 labelled "run N" on the canvas, with a toggle and a picker in the legend; its saved picture shows
-run 2 only. A copy of the cell with ``--compare-saved`` (the same cell text, so the same cell for
-the run history) is run 3: it draws runs 2 and 1, the picker shows one of them, the toggle hides
-both, and its saved picture keeps them. The checks read the widget's own view state
+run 2 only. Then the same notebook cell is edited in the page as a user would (``--compare-saved``
+typed on the magic line, a line added to the code, so its text is no longer run 1's and 2's: only the
+cell id the front end sends makes it the same cell) and run 3 draws runs 2 and 1, the picker shows
+one of them, the toggle hides both, and its saved picture keeps them. The checks read the widget's own view state
 (``el.mwView()``: what uPlot was given to draw, which labels were painted on the canvas) while the
 run is held at a gate (a file the test removes: the workers wait for it in epoch 2, at most 120 s),
 so the interaction never races the end of the run. Screenshots go to ``artifacts/``.
@@ -92,6 +93,20 @@ def _wait_done(page, index: int) -> None:
     assert "trained" in wp.cell_text(page, index), wp.cell_text(page, index)[-2000:]
 
 
+def _edit(page, index: int) -> None:
+    """Edit cell ``index`` in the page as a user would: ``--compare-saved`` at the end of its magic line
+    and a line more at the end of its code (its text changes; its cell id does not)."""
+    assert wp.click_cell(page, index, ".jp-Notebook .jp-Cell .jp-InputArea-editor"), "the click did not land"
+    page.keyboard.press("Control+Home")
+    page.keyboard.press("End")
+    page.keyboard.type(" --compare-saved")
+    page.keyboard.press("Control+End")
+    page.keyboard.press("Enter")
+    page.keyboard.type("print('edited in the page')")
+    source = _cell(page, index).locator(".jp-InputArea-editor").inner_text()
+    assert "--compare-saved" in source and "edited in the page" in source, source[-500:]
+
+
 def _held(page, index: int, earlier: int) -> dict:
     """The view state once the run is held at the gate with its loss, accuracy and val_loss panels."""
     try:
@@ -116,9 +131,7 @@ def _notebook(server: Lab, gate: Path) -> str:
     body = BODY.format(gate=str(gate))
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in (
-        "%load_ext mwnotebook", "%%mwtrain --workers 2 --cpu\n" + body,
-        "%%mwtrain --workers 2 --cpu --compare-saved\n" + body)]
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("%load_ext mwnotebook", "%%mwtrain --workers 2 --cpu\n" + body)]
     name = f"overlay_{server.app}.ipynb"
     nbformat.write(nb, server.root / name)
     return name
@@ -170,32 +183,34 @@ def test_earlier_runs_drawn_faintly_with_a_toggle_and_a_picker(server: Lab, page
     _wait_done(page, 1)
     assert "earlier" not in _saved_picture_text(page, 1), "the saved picture shows this run only by default"
 
-    # run 3, --compare-saved: runs 2 and 1, the picker shows one, the saved picture keeps both
+    # run 3, the same cell edited in the page (--compare-saved, and a line more in its code): runs 2
+    # and 1, the picker shows one, the saved picture keeps both
+    _edit(page, 1)
     gate.touch()
     try:
-        _run(page, 2)
-        st = _held(page, 2, earlier=2)
+        _run(page, 1)
+        st = _held(page, 1, earlier=2)
         run2, older = st["earlier"]["runs"]
         assert older == run1 and run2 > run1, st["earlier"]
         assert wp.panel(st, "loss")["labels"] == [f"run {run2}", f"run {run1}"]
-        wp.screenshot(page, 2, artifacts_dir / f"overlay_{tag}.png", wp.WIDGET)
-        picker = _cell(page, 2).locator("select.mw-earlier-pick")
+        wp.screenshot(page, 1, artifacts_dir / f"overlay_{tag}.png", wp.WIDGET)
+        picker = _cell(page, 1).locator("select.mw-earlier-pick")
         picker.select_option(str(run1))
-        one = wp.wait_state(page, 2, lambda s: s["earlier"]["picked"] == run1, 10, f"the picker shows run {run1}")
+        one = wp.wait_state(page, 1, lambda s: s["earlier"]["picked"] == run1, 10, f"the picker shows run {run1}")
         assert one["earlier"]["shown"] == [run1]
         for p in one["panels"]:
             assert [line["shown"] for line in p["earlier"]] == [False, True], p
             assert p["labels"] == [f"run {run1}"], p
-        wp.screenshot(page, 2, artifacts_dir / f"overlay_{tag}_picked.png", wp.WIDGET)
+        wp.screenshot(page, 1, artifacts_dir / f"overlay_{tag}_picked.png", wp.WIDGET)
         picker.select_option("all")
-        both = wp.wait_state(page, 2, lambda s: s["earlier"]["picked"] == "all", 10, "the picker shows all")
+        both = wp.wait_state(page, 1, lambda s: s["earlier"]["picked"] == "all", 10, "the picker shows all")
         assert both["earlier"]["shown"] == [run2, run1]
-        _cell(page, 2).locator("input.mw-earlier-toggle").uncheck()
-        off = wp.wait_state(page, 2, lambda s: not s["earlier"]["on"], 10, "the toggle hides both")
+        _cell(page, 1).locator("input.mw-earlier-toggle").uncheck()
+        off = wp.wait_state(page, 1, lambda s: not s["earlier"]["on"], 10, "the toggle hides both")
         assert off["earlier"]["shown"] == [] and all(p["labels"] == [] for p in off["panels"]), off
-        assert not wp.cell_done(page, 2), "checked while the run is held"
+        assert not wp.cell_done(page, 1), "checked while the run is held"
     finally:
         gate.unlink(missing_ok=True)
-    _wait_done(page, 2)
-    kept = _saved_picture_text(page, 2)
+    _wait_done(page, 1)
+    kept = _saved_picture_text(page, 1)
     assert f"run {run2} (earlier)" in kept and f"run {run1} (earlier)" in kept, kept[-1500:]
