@@ -350,8 +350,14 @@ class AsyncCluster:
             return await run_with_restarts(
                 run_once, lambda: self._replace_workers(fresh_setup, emit), self._states.sink(emit),
                 limits.max_restarts, host_wait=self.restart_host_wait, aborted=abort.is_set)
+        # each worker's CPU and memory for the status table while the cell runs: engine/usage.py
+        usage = asyncio.ensure_future(self._usage.poll(lambda: self._group.workers, emit)) if on_event else None
         try:
-            outcome = await run_with_its_restarts()
+            try:
+                outcome = await run_with_its_restarts()
+            finally:
+                if usage is not None:
+                    usage.cancel()
             if needs_fresh_coordinator(outcome.verdict) and not abort.is_set():
                 await self._fresh_coordinator(fresh_setup, emit)
                 outcome = await run_with_its_restarts()

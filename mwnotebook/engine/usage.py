@@ -12,8 +12,9 @@ cgroup's limit when smaller: a Slurm job's ``--mem``), flagged when the worker i
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -21,10 +22,15 @@ import psutil
 from mwnotebook.engine.workers.connection import Worker
 from mwnotebook.launchers.capabilities import TakesUsage
 from mwnotebook.processes.shipped.proc_usage import memory_limit
+from mwnotebook.shared.events import EventSink, WorkerResources
+
+log = logging.getLogger(__name__)
 
 #: A worker whose resident memory is at least this share of its limit is flagged (``near_limit``):
 #: past it the kernel is one large allocation away from the OOM killer.
 NEAR_LIMIT = 0.9
+#: Seconds between two readings while a cell runs (one short line per remote worker each time).
+USAGE_EVERY = 2.0
 #: Seconds to wait for a remote agent's answer (its host's /proc read is instant; this is the way there).
 USAGE_TIMEOUT = 10.0
 
@@ -88,3 +94,17 @@ class UsageReader:
     async def read(self, workers: Sequence[Worker], timeout: float = USAGE_TIMEOUT) -> list[WorkerUsage]:
         """Every worker's usage, read at once."""
         return list(await asyncio.gather(*(self._one(w, timeout) for w in workers)))
+
+    async def poll(self, workers: Callable[[], Sequence[Worker]], emit: EventSink,
+                   every: float = USAGE_EVERY) -> None:
+        """While a cell runs (cancelled at its end): every ``every`` seconds, each worker's figures as a
+        :class:`~mwnotebook.shared.events.WorkerResources` event, for the status table under the cell."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                usages = await self.read(workers())
+            except Exception:  # a reading must never disturb the cell
+                log.debug("worker usage not read", exc_info=True)
+                continue
+            for u in usages:
+                emit(WorkerResources(u.index, u.cpu_percent, u.memory_bytes, u.memory_limit, u.near_limit))

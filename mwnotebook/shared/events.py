@@ -101,5 +101,17 @@ class RunRestarted:
                 f"{self.restart_seconds:.1f} s")
 
 
-Event = Union[WorkerStateChanged, WorkerOutput, WorkerMetrics, RunRestarted]
+@dataclass(frozen=True)
+class WorkerResources:
+    """A worker's CPU share and resident memory, read on its own host while a cell runs
+    (mwnotebook/engine/usage.py); None where they could not be read."""
+
+    worker: int
+    cpu_percent: float | None
+    memory_bytes: int | None
+    memory_limit: int | None = None
+    near_limit: bool = False
+
+
+Event = Union[WorkerStateChanged, WorkerOutput, WorkerMetrics, RunRestarted, WorkerResources]
 EventSink = Callable[[Event], None]

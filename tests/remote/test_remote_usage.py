@@ -4,16 +4,19 @@ each worker's agent reads its kernel's /proc on its host (processes/shipped/remo
 5 %, and the CPU share of a cell that spins for 3 s against the CPU seconds /proc counted meanwhile;
 and the memory limit: these hosts see no cgroup (``ip netns exec`` mounts a fresh /sys), so it is
 their /proc/meminfo's MemTotal (a cgroup's limit: tests/integration/test_worker_usage.py).
+While a cell runs, the same figures come every 2 s as events for the status table under the cell.
 One two-host cluster; ~30 s."""
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import pytest
 
 from mwnotebook import Cluster
+from mwnotebook.shared.events import WorkerResources
 from tests._shared import netns_hosts
 from tests.remote.test_remote_worker_runtime import CHECKOUT
 
@@ -45,7 +48,8 @@ def test_remote_workers_cpu_and_memory_match_proc_on_their_hosts(ssh_home: netns
         first = cluster.usage()
         before = [_proc(host, u.pid) for host, u in zip(ssh_home.hosts, first) if u.pid is not None]
         started = time.monotonic()
-        assert cluster.run(SPIN, timeout=300).ok
+        events: list[Any] = []
+        assert cluster.run(SPIN, on_event=events.append, timeout=300).ok
         after = [_proc(host, u.pid) for host, u in zip(ssh_home.hosts, first) if u.pid is not None]
         second = cluster.usage()
         elapsed = time.monotonic() - started
@@ -62,3 +66,7 @@ def test_remote_workers_cpu_and_memory_match_proc_on_their_hosts(ssh_home: netns
         assert cpu1 - cpu0 >= 2.5 and abs(u.cpu_percent - expected) <= max(20.0, 0.3 * expected), (u, expected)
     # these hosts (network namespaces entered with ip netns exec) see no cgroup: their limit is MemTotal
     assert [u.memory_limit for u in second] == memtotal and not any(u.near_limit for u in second), second
+    # while the cell ran, each worker's figures came as events (the status table's CPU and memory)
+    for i, (rss, _) in enumerate(after):
+        seen = [e for e in events if isinstance(e, WorkerResources) and e.worker == i]
+        assert seen and seen[-1].memory_bytes is not None and abs(seen[-1].memory_bytes - rss) <= 0.05 * rss, seen

@@ -126,3 +126,15 @@ def test_the_memory_limit_is_the_smallest_of_memtotal_and_the_cgroups(tmp_path: 
     (tmp_path / "sys/fs/cgroup/user.slice/memory.max").write_text("max\n")
     assert memory_limit(7, str(tmp_path)) == 2**30
     assert memory_limit(8, str(tmp_path)) == 24683784 * 1024  # no such process: the machine's memory
+
+
+def test_the_status_table_shows_cpu_and_memory_from_the_workers_hosts() -> None:
+    from mwnotebook.shared.events import WorkerResources
+
+    board = StatusBoard(2, "loss")
+    board.on_resources(WorkerResources(0, 97.0, 512 * 2**20, 4096 * 2**20))
+    board.on_resources(WorkerResources(1, 3.0, 950 * 2**20, 1000 * 2**20, near_limit=True))
+    html = board.html()
+    assert "<th style='padding:2px 10px;text-align:left'>memory MiB</th>" in html
+    assert "<td style='padding:2px 10px'>950 (near its limit)</td>" in html
+    assert board.text().splitlines()[1].endswith("950 MiB (near its memory limit)")

@@ -32,7 +32,7 @@ from mwnotebook.frontend.chart.status import StatusBoard, WorkerStatus
 from mwnotebook.frontend.chart.svg import svg_panels
 from mwnotebook.frontend.chart.throttle import Throttle
 from mwnotebook.frontend.chart.widget import in_widget_kernel, new_widget, widget_bundle, widget_unavailable
-from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics, WorkerStateChanged
+from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics, WorkerResources, WorkerStateChanged
 from mwnotebook.shared.metrics import MetricsStore
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,8 @@ class Dashboard:
             elif isinstance(event, WorkerStateChanged):
                 if not self._board.on_state(event):
                     return
+            elif isinstance(event, WorkerResources):  # CPU and memory in the status table (status.py)
+                self._board.on_resources(event)
             elif isinstance(event, RunRestarted):  # one run along the x-axis, the restart marked
                 self._store.add_restart(event.cause, time=event.lost_at, restart_seconds=event.restart_seconds)
                 self._feed.restart()

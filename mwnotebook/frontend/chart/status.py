@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mwnotebook.shared.events import WorkerMetrics, WorkerStateChanged
+from mwnotebook.shared.events import WorkerMetrics, WorkerResources, WorkerStateChanged
 from mwnotebook.shared.metrics import as_float, global_key, is_step_record
 from mwnotebook.shared.run_states import RunStates
 from mwnotebook.shared.step_times import StepTimes
@@ -35,6 +35,7 @@ class WorkerStatus:
     last_value: float | None = None
     last_scope: str = ""  # "local" | "global"
     recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))  # (worker time, step)
+    resources: WorkerResources | None = None  # CPU and memory read on its host (engine/usage.py)
 
     def steps_per_s(self) -> float | None:
         """Steps per second over the recent records, from the workers' own timestamps."""
@@ -95,6 +96,9 @@ class StatusBoard:
             elif gkey in record:
                 status.last_value, status.last_scope = as_float(record[gkey]), "global"
 
+    def on_resources(self, event: WorkerResources) -> None:
+        self.status_for(event.worker).resources = event
+
     def rows(self) -> list[dict[str, Any]]:
         """The status table as data: one dict per worker (``own_ms``/``wait_ms``: medians of the time
         before and in the collective per step, where measured)."""
@@ -102,14 +106,18 @@ class StatusBoard:
         return [{"worker": w, "state": s.state, "error": s.error, "step": s.step, "last": s.last_value,
                  "scope": s.last_scope, "steps_per_s": s.steps_per_s(),
                  "own_ms": split[w].own * 1e3 if w in split else None,
-                 "wait_ms": split[w].wait * 1e3 if w in split else None}
+                 "wait_ms": split[w].wait * 1e3 if w in split else None,
+                 "cpu_percent": s.resources.cpu_percent if s.resources else None,
+                 "memory_mib": s.resources.memory_bytes / 2**20 if s.resources and s.resources.memory_bytes else None,
+                 "near_limit": bool(s.resources and s.resources.near_limit)}
                 for w, s in sorted(self.workers.items())]
 
     def html(self) -> str:
         rows = self.rows()
         split = any(row["own_ms"] is not None for row in rows)
+        usage = any(row["memory_mib"] is not None for row in rows)
         titles = ("worker", "state", "step", f"last {self.metric}", "steps/s") + (
-            ("ms before collective", "ms in collective") if split else ())
+            ("ms before collective", "ms in collective") if split else ()) + (("CPU %", "memory MiB") if usage else ())
         head = "".join(f"<th style='padding:2px 10px;text-align:left'>{h}</th>" for h in titles)
         body = []
         for row in rows:
@@ -125,6 +133,10 @@ class StatusBoard:
                      "" if row["steps_per_s"] is None else f"{row['steps_per_s']:.1f}"]
             if split:
                 cells += ["" if row[k] is None else f"{row[k]:.1f}" for k in ("own_ms", "wait_ms")]
+            if usage:
+                cells += ["" if row["cpu_percent"] is None else f"{row['cpu_percent']:.0f}",
+                          ("" if row["memory_mib"] is None else f"{row['memory_mib']:.0f}")
+                          + (" (near its limit)" if row["near_limit"] else "")]
             style = f" style='background:{_FAILED_BG}'" if failed else ""
             body.append(f"<tr class='mw-worker mw-{row['state']}'{style}>" + "".join(
                 f"<td style='padding:2px 10px'>{c}</td>" for c in cells) + "</tr>")
@@ -143,5 +155,7 @@ class StatusBoard:
                 text += f", {self.metric} {row['last']:.4g}"
             if row["own_ms"] is not None:
                 text += f", {row['own_ms']:.1f} ms before the collective, {row['wait_ms']:.1f} ms in it"
+            if row["memory_mib"] is not None:
+                text += f", {row['memory_mib']:.0f} MiB" + (" (near its memory limit)" if row["near_limit"] else "")
             parts.append(text)
         return "\n".join(parts)
