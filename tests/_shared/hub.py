@@ -45,9 +45,9 @@ CLASS_CAP = 2
 ACTIVITY_INTERVAL = 5
 #: The single-user server's own culling (Jupyter Server's kernel culler, which never culls a busy
 #: kernel) for the last student of :func:`start_hub`: idle kernels after 5 s, looked for every 2 s
-#: (docs/guide/teaching.md recommends an hour).
+#: (docs/guide/teaching.md recommends an hour), also with a client connected (the test's websocket).
 INSIDE_CULLING = ["--MappingKernelManager.cull_idle_timeout=5", "--MappingKernelManager.cull_interval=2",
-                  "--MappingKernelManager.cull_busy=False"]
+                  "--MappingKernelManager.cull_busy=False", "--MappingKernelManager.cull_connected=True"]
 
 
 def _free_port() -> int:
