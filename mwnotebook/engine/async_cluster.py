@@ -78,7 +78,10 @@ class AsyncCluster:
         self.restart_host_wait = HOST_WAIT_SECONDS
         self._states = TaskStates(max(self.spec.workers, cell_count))
         self._group = WorkerGroup(run_spec, self._layout, cell_count, self.late_output, launcher)
-        self._usage = UsageReader()  # each worker's CPU and memory, here or on its host: engine/usage.py
+        # each worker's CPU and memory, here or on its host (engine/usage.py): Cluster.usage()'s reader,
+        # and the status table's while a cell runs (each CPU share over its own reader's interval)
+        self._usage = UsageReader()
+        self._usage_while_running = UsageReader()
         self._roles = TaskRoles(run_spec, self._layout, self.late_output, self._running_cell_abort)
         self._start_task: asyncio.Future[None] | None = None
         self._abort: asyncio.Event | None = None
@@ -351,7 +354,8 @@ class AsyncCluster:
                 run_once, lambda: self._replace_workers(fresh_setup, emit), self._states.sink(emit),
                 limits.max_restarts, host_wait=self.restart_host_wait, aborted=abort.is_set)
         # each worker's CPU and memory for the status table while the cell runs: engine/usage.py
-        usage = asyncio.ensure_future(self._usage.poll(lambda: self._group.workers, emit)) if on_event else None
+        usage = (asyncio.ensure_future(self._usage_while_running.poll(lambda: self._group.workers, emit))
+                 if on_event else None)
         try:
             try:
                 outcome = await run_with_its_restarts()

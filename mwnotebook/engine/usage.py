@@ -4,9 +4,12 @@ A worker on this machine is read here with psutil (as the clusters panel's serve
 server/service.py); a worker on another host (SSH, Slurm) is read on that host by its agent, from
 /proc (``launchers/remote/kernel_handle.py`` ``take_usage``, ``processes/shipped/remote_agent.py``
 ``usage``). Both give the CPU share as percent of one core since the previous reading of that worker
-(or since its start, for the first) and the resident set (/proc/PID/statm's resident pages, what
-psutil reports as ``rss``), and the memory limit it lives under (the host's memory, or its memory
-cgroup's limit when smaller: a Slurm job's ``--mem``), flagged when the worker is near it.
+by the same reader (or since its start, for the first): the status table's poll while a cell runs and
+``Cluster.usage()`` (``%mwcluster status``) are two readers, so one never shortens the other's
+interval (a poll just after a cell's last busy second made the next status read 0 %); the resident
+set (/proc/PID/statm's resident pages, what psutil reports as ``rss``); and the memory limit it lives
+under (the host's memory, or its memory cgroup's limit when smaller: a Slurm job's ``--mem``),
+flagged when the worker is near it.
 """
 
 from __future__ import annotations
@@ -54,12 +57,27 @@ class WorkerUsage:
         return bool(self.memory_bytes and self.memory_limit and self.memory_bytes >= NEAR_LIMIT * self.memory_limit)
 
 
+def cpu_share(cpu: float, age: float, before: tuple[float, float] | None) -> float:
+    """Percent of one core between two readings of ``(CPU seconds, seconds since the process
+    started)``; since the start when there is no earlier reading (``before`` None)."""
+    before_cpu, before_age = before if before is not None else (0.0, 0.0)
+    elapsed = age - before_age
+    return round(100.0 * (cpu - before_cpu) / elapsed, 1) if elapsed > 0 else 0.0
+
+
 class UsageReader:
-    """Reads the workers' usage; keeps the previous CPU reading of each local worker (by pid and
-    start time), so that each figure covers the time since the previous one."""
+    """Reads the workers' usage; keeps this reader's previous CPU reading of each worker (by host and
+    pid), so that each figure covers the time since this reader's previous one."""
 
     def __init__(self) -> None:
-        self._previous: dict[tuple[int, float], tuple[float, float]] = {}
+        self._previous: dict[tuple[str, int], tuple[float, float]] = {}
+
+    def _share(self, key: tuple[str, int], cpu: float, age: float) -> float:
+        before = self._previous.get(key)
+        if before is not None and (age < before[1] or cpu < before[0]):
+            before = None  # a younger process with the same pid: another process, counted from its start
+        self._previous[key] = (cpu, age)
+        return cpu_share(cpu, age, before)
 
     def _local(self, worker: Worker) -> WorkerUsage:
         handle = worker.handle
@@ -74,18 +92,18 @@ class UsageReader:
                 resident = proc.memory_info().rss
         except psutil.Error as exc:
             return WorkerUsage(handle.index, handle.host, pid, None, None, f"cannot read process {pid}: {exc}")
-        cpu, now = times.user + times.system, time.time()
-        before_cpu, before = self._previous.get((pid, started), (0.0, started))
-        self._previous[(pid, started)] = (cpu, now)
-        percent = 100.0 * (cpu - before_cpu) / (now - before) if now > before else 0.0
-        return WorkerUsage(handle.index, handle.host, pid, round(percent, 1), resident,
-                           memory_limit=memory_limit(pid))
+        percent = self._share((handle.host, pid), times.user + times.system, time.time() - started)
+        return WorkerUsage(handle.index, handle.host, pid, percent, resident, memory_limit=memory_limit(pid))
 
     async def _one(self, worker: Worker, timeout: float) -> WorkerUsage:
         handle = worker.handle
         if isinstance(handle, TakesUsage):
-            cpu, memory, limit, note = await handle.take_usage(timeout)
-            return WorkerUsage(handle.index, handle.host, handle.pid, cpu, memory, note, limit)
+            cpu, age, memory, limit, note = await handle.take_usage(timeout)
+            pid = handle.pid
+            percent = None
+            if cpu is not None and age is not None and pid is not None:
+                percent = self._share((handle.host, pid), cpu, age)
+            return WorkerUsage(handle.index, handle.host, pid, percent, memory, note, limit)
         if getattr(handle, "on_this_machine", False):
             return self._local(worker)
         return WorkerUsage(handle.index, handle.host, handle.pid, None, None,

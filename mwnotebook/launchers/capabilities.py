@@ -101,9 +101,10 @@ class TakesStacks(Protocol):
 class TakesUsage(Protocol):
     """A kernel handle whose kernel's CPU and memory are read on its own host (by its remote agent)."""
 
-    async def take_usage(self, timeout: float) -> tuple[float | None, int | None, int | None, str]:
-        """``(cpu_percent, memory_bytes, memory_limit, note)``: from /proc on the kernel's host; None
-        and a note saying why when they cannot be read."""
+    async def take_usage(self, timeout: float) -> tuple[float | None, float | None, int | None, int | None, str]:
+        """``(cpu_seconds, age, memory_bytes, memory_limit, note)``: from /proc on the kernel's host
+        (CPU seconds used and seconds since the kernel started: raw counters, which each reader turns
+        into a share over its own interval); None and a note saying why when they cannot be read."""
         ...
 
 

@@ -43,7 +43,8 @@ class AgentEvent(TypedDict, total=False):
     detail: str  # error
     text: str  # stacks: faulthandler's dump ('' when none: see note)
     main: int | None  # stacks: the kernel's main thread id
-    cpu_percent: float | None  # usage: the kernel's CPU share since the last usage (% of one core)
+    cpu_seconds: float | None  # usage: the kernel's CPU seconds so far (/proc/PID/stat utime + stime)
+    age: float | None  # usage: seconds since the kernel started (its reader makes a share of two readings)
     memory_bytes: int | None  # usage: its resident memory (/proc/PID/statm)
     memory_limit: int | None  # usage: the smallest of MemTotal and its memory cgroup's limits
 

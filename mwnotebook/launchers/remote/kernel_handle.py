@@ -141,14 +141,14 @@ class RemoteKernelHandle:
             main = event.get("main")
             return str(event.get("text", "")), int(main) if main is not None else None, str(event.get("note", ""))
 
-    async def take_usage(self, timeout: float) -> tuple[float | None, int | None, int | None, str]:
-        """The kernel's CPU share (% of one core since the previous question, or since it started),
-        resident bytes and memory limit, read on its host by its agent (the ``usage`` command of
-        ``processes/shipped/remote_agent.py``): ``(cpu_percent, memory_bytes, memory_limit, note)``,
-        None and a note saying why when there is no answer."""
+    async def take_usage(self, timeout: float) -> tuple[float | None, float | None, int | None, int | None, str]:
+        """The kernel's CPU seconds so far, its age in seconds, resident bytes and memory limit, read
+        on its host by its agent (the ``usage`` command of ``processes/shipped/remote_agent.py``):
+        ``(cpu_seconds, age, memory_bytes, memory_limit, note)``, None and a note saying why when
+        there is no answer. Raw counters: the reader makes a CPU share of two of them (engine/usage.py)."""
         async with self._asking_usage:
             if self._ended.is_set():
-                return None, None, None, f"the worker process has ended ({self._exit})"
+                return None, None, None, None, f"the worker process has ended ({self._exit})"
             answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._usage = answer
             self._agent.send("usage")
@@ -156,13 +156,15 @@ class RemoteKernelHandle:
                 await asyncio.wait_for(asyncio.shield(answer), timeout)
             except asyncio.TimeoutError:
                 answer.cancel()
-                return None, None, None, f"no answer from the agent on {self.host} within {timeout:g} s"
+                return None, None, None, None, f"no answer from the agent on {self.host} within {timeout:g} s"
             finally:
                 self._usage = None
             event = answer.result()
-            cpu, memory, limit = event.get("cpu_percent"), event.get("memory_bytes"), event.get("memory_limit")
-            return (float(cpu) if cpu is not None else None, int(memory) if memory is not None else None,
-                    int(limit) if limit is not None else None, str(event.get("note", "")))
+            cpu, age = event.get("cpu_seconds"), event.get("age")
+            memory, limit = event.get("memory_bytes"), event.get("memory_limit")
+            return (float(cpu) if cpu is not None else None, float(age) if age is not None else None,
+                    int(memory) if memory is not None else None, int(limit) if limit is not None else None,
+                    str(event.get("note", "")))
 
     async def interrupt(self) -> None:
         if not self._ended.is_set():

@@ -197,27 +197,18 @@ def _command_loop(kernel: Kernel) -> None:
     kernel.kill()
 
 
-#: The previous ``usage`` reading of the kernel: (pid, CPU seconds, monotonic time), so that each
-#: answer's CPU share is over the time since the last question (as psutil's ``cpu_percent(None)``).
-_last_usage: list[tuple[int, float, float]] = []
-
-
 def _send_usage(kernel: Kernel) -> None:
-    """The kernel's CPU share (percent of one core, since the previous ``usage`` or its start) and
-    resident memory, as one ``usage`` event (``note`` says why not, when it cannot be read)."""
+    """The kernel's CPU seconds so far and its age in seconds (both from /proc: the notebook side turns
+    two readings into a CPU share, each reader over its own interval: engine/usage.py), resident memory
+    and memory limit, as one ``usage`` event (``note`` says why not, when they cannot be read)."""
     pid = kernel.proc.pid
     try:
         cpu, resident, age = proc_usage.proc_usage(pid)
     except (OSError, ValueError, IndexError) as exc:
-        send("usage", pid=pid, cpu_percent=None, memory_bytes=None, memory_limit=None,
+        send("usage", pid=pid, cpu_seconds=None, age=None, memory_bytes=None, memory_limit=None,
              note=f"cannot read /proc/{pid}: {exc}")
         return
-    now = time.monotonic()
-    before = _last_usage[0] if _last_usage and _last_usage[0][0] == pid else (pid, 0.0, now - age)
-    elapsed = now - before[2]
-    percent = 100.0 * (cpu - before[1]) / elapsed if elapsed > 0 else 0.0
-    _last_usage[:] = [(pid, cpu, now)]
-    send("usage", pid=pid, cpu_percent=round(percent, 1), memory_bytes=resident,
+    send("usage", pid=pid, cpu_seconds=cpu, age=age, memory_bytes=resident,
          memory_limit=proc_usage.memory_limit(pid), note="")
 
 
