@@ -41,7 +41,7 @@ import nbformat
 import psutil
 
 from benchmarks._suite import Run, start_kernel, stop_kernel
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, start_lab, stop_lab
+from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, start_lab, stop_lab
 
 log = logging.getLogger("benchmarks.chart")
 

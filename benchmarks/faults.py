@@ -6,7 +6,7 @@
 
 ``chaos`` -- ``--max-restarts``: a preempted training run against an undisturbed one, side by side.
 For each training cell (the tf_keras ``fit`` with ``BackupAndRestore`` and the seed's custom loop
-with a ``CheckpointManager``, both from tests/reliability/chaos.py), on one two-worker cluster:
+with a ``CheckpointManager``, both from testbed/chaos.py), on one two-worker cluster:
 (1) fresh start: the group restarted by hand, then the undisturbed cell: seconds from the restart to
 its first trained batch; (2) undisturbed: its final metrics; (3) chaos: the same cell with 3
 SIGKILLs at random moments (alternating workers, the second during the restart the first caused),
@@ -17,7 +17,7 @@ engine's ``restart_seconds``) and from each kill until the next attempt trained 
 its node) vs a worker whose node failed (``scontrol update state=down``: it comes back on the spare
 node of the allocation, every worker gets new TF addresses), the latter with the spare node's worker
 template started with the cluster (the default) and without (``MWNOTEBOOK_SLURM_SPARE_TEMPLATE=0``),
-alternating. A three-node test Slurm (tests/_shared/slurm_cluster.py, network namespaces, root); 2
+alternating. A three-node test Slurm (testbed/slurm_cluster.py, network namespaces, root); 2
 workers on ``--slurm "-N 3"``, a fresh cluster per trial. The cell all-reduces in a loop until it runs
 in kernels that were not there when it began, so the first attempt runs until the loss and the second
 finishes at once. Measured: the restart's own seconds (``RunRestarted.restart_seconds``) and the loss
@@ -51,8 +51,8 @@ from mwnotebook import Cluster
 from mwnotebook.errors import ClusterRunError, ClusterTimeoutError
 from mwnotebook.launchers.slurm.launcher import SPARE_TEMPLATE_ENV
 from mwnotebook.shared.events import Event, WorkerMetrics, WorkerOutput
-from tests._shared import slurm_cluster
-from tests.reliability.chaos import Killer, final_line, fit_cell, loop_cell, random_plan
+from testbed import slurm_cluster
+from testbed.chaos import Killer, final_line, fit_cell, loop_cell, random_plan
 
 CHAOS_CELLS = {"fit": (fit_cell, 64), "custom loop": (loop_cell, 8)}
 

@@ -1,5 +1,5 @@
 """``%%mwtrain --ray`` against Ray Train's own ``TensorflowTrainer`` and against local workers, on the
-Ray test cluster (tests/ray/ray_nodes.py: a head and two worker nodes on loopback addresses), the seed
+Ray test cluster (testbed/ray_nodes.py: a head and two worker nodes on loopback addresses), the seed
 program (tests/data/seed_train.py) everywhere, side by side in one run.
 
     pip install 'ray[train]'   # Ray Train's TensorflowTrainer (not a dependency of mwnotebook)
@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from benchmarks._suite import SEED_CODE, SEED_LINE, Run, cell, start_kernel, stop_kernel, timed
-from tests.ray import ray_nodes
+from testbed import ray_nodes
 
 KILL_WORKER_1 = ("import os, signal, time\nif os.environ['MWNOTEBOOK_WORKER_INDEX'] == '1':\n"
                  "    os.kill(os.getpid(), signal.SIGKILL)\ntime.sleep(30)")

@@ -4,7 +4,7 @@ Slurm (direct and through a login node), against local workers, side by side in 
     python -m benchmarks.remote ssh [--repeat 2]
     python -m benchmarks.remote slurm [--repeat 5]
 
-``ssh``: two sshd test hosts in network namespaces (tests/_shared/netns_hosts.py; root). Each run
+``ssh``: two sshd test hosts in network namespaces (testbed/netns_hosts.py; root). Each run
 makes a new cluster, so a new launcher: remote templates start cold (they import TensorFlow and
 tf_keras while the ports are reserved), the local one is shared by the process (warm after the first
 run). Columns: "ready" (``Cluster.start()`` returning), "first seed" (ready + the seed cell,
@@ -12,7 +12,7 @@ tests/data/seed_train.py, checked for its exact lines), "restart" (``Cluster.res
 "recovery" (a cell failing on worker 1, tests/data/fail_on_worker1.py, until the next cell's first
 instruction runs on both workers; wall clocks of one machine).
 
-``slurm``: one test Slurm (tests/_shared/slurm_cluster.py: munged, slurmctld, two slurmd nodes in
+``slurm``: one test Slurm (testbed/slurm_cluster.py: munged, slurmctld, two slurmd nodes in
 network namespaces, each also running an sshd; root, slurm-wlm and munge) serves both the SSH and the
 Slurm workers, so both kinds start kernels on the same two "machines". "Ready" for Slurm includes
 ``salloc`` (an idle cluster: granted at once), the port holders and the kernels as job steps;
@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks._suite import ROOT, Run
-from tests._shared import netns_hosts, slurm_cluster
-from tests._shared.seed_cell import SEED_CELL, expected_line
+from testbed import netns_hosts, slurm_cluster
+from testbed.seed_cell import SEED_CELL, expected_line
 
 FAIL_CELL = (ROOT / "tests" / "data" / "fail_on_worker1.py").read_text(encoding="utf-8")
 FIRST_INSTRUCTION = "import time\nprint('FIRST', time.time(), flush=True)"

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks._suite import RESULTS, Run, start_kernel, stop_kernel
-from tests._shared import slurm_cluster
+from testbed import slurm_cluster
 
 ENGINES = ("local", "ssh", "slurm")
 
@@ -88,14 +88,14 @@ class StepClock(tf.keras.callbacks.Callback):
 
 def _cells() -> tuple[str, str, int]:
     """(the fit cell, the BackupAndRestore cell, steps per scheduled call), from the tests' cells."""
-    from tests.tf import test_ps_roles as ps
+    from testbed import ps_cells as ps
 
-    fit = ps.FIT.replace("history = model.fit", STEP_CLOCK + "history = model.fit")
+    fit = ps.PS_FIT.replace("history = model.fit", STEP_CLOCK + "history = model.fit")
     fit = fit.replace("verbose=2)", "verbose=2, callbacks=[StepClock()])")
     backed_up = ps.BACKED_UP.replace("history = model.fit", STEP_CLOCK + "history = model.fit")
     backed_up = backed_up.replace("WeightsProbe()])", "WeightsProbe(), StepClock()])")
     if "StepClock()" not in fit or "StepClock()])" not in backed_up:
-        raise RuntimeError("tests/tf/test_ps_roles.py's cells changed: StepClock could not be added")
+        raise RuntimeError("testbed/ps_cells.py's cells changed: StepClock could not be added")
     per_call = int(re.search(r"steps_per_execution=(\d+)", fit).group(1))  # type: ignore[union-attr]
     return fit, backed_up, per_call
 

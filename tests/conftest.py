@@ -10,13 +10,14 @@ from pathlib import Path
 import psutil
 import pytest
 
+from testbed.processes import WORKER_MODULES, alive_workers, is_worker
+
 # The CI rule that every skip fails (when MWNOTEBOOK_NO_SKIPS=1): hooks, imported to be found here.
-from ._shared.no_skips import pytest_make_collect_report, pytest_runtest_makereport
-from ._shared.processes import WORKER_MODULES, alive_workers, is_worker
+from ._plugins.no_skips import pytest_make_collect_report, pytest_runtest_makereport
 
 # The reliability table, printed by the process that prints the summary: hooks, imported likewise.
-from ._shared.reliability_table import pytest_configure, pytest_terminal_summary
-from ._shared.run_groups import group_of
+from ._plugins.reliability_table import pytest_configure, pytest_terminal_summary
+from ._plugins.run_groups import group_of
 
 # The process helpers are imported from here by the tiers' conftests.
 __all__ = ["WORKER_MODULES", "alive_workers", "is_worker", "pytest_configure", "pytest_make_collect_report",
@@ -25,7 +26,7 @@ __all__ = ["WORKER_MODULES", "alive_workers", "is_worker", "pytest_configure", "
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks into each test's id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put every test in its module's xdist group (tests/_shared/run_groups.py): a module runs whole
+    """Put every test in its module's xdist group (tests/_plugins/run_groups.py): a module runs whole
     on one process, and modules that share a machine-wide resource run on the same one."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group_of(Path(str(item.fspath)))))

@@ -58,7 +58,7 @@ TIERS: dict[str, str] = {
     "hub": "a real JupyterHub with several users (teaching)",
     "docs": "the docs' tools (lesson copies, reference pages), no build",
 }
-NOT_TIERS = {"_shared", "data", "__pycache__"}
+NOT_TIERS = {"_shared", "_plugins", "data", "__pycache__"}
 
 INTRO = """
 Folders say which process runs the code and, inside the launchers and the front ends, which backend

@@ -1,7 +1,7 @@
 """What the repository knows about each lesson (notebooks/NN_name.ipynb), written once.
 
 For every lesson: the test that executes it and saves ``artifacts/NAME.executed.ipynb``
-(tests/_shared/lessons.py), what it needs to run, and the facts of the learning path in
+(testbed/lessons.py), what it needs to run, and the facts of the learning path in
 notebooks/README.md: the concept, the lessons to read first, the minutes, and the key result (a
 pattern over the executed copy's output text and the sentence its numbers go into).
 Read by tools/refresh_lessons.py (runs the tests, commits the copies, writes the path table),

@@ -155,7 +155,7 @@ def render(svgs: list[str], thumbs: dict[str, str]) -> tuple[dict[str, bytes], d
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(ROOT))
-    from tests._shared.jupyter_lab import CHROMIUM, CHROMIUM_ARGS
+    from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS
 
     def shot(page: Any, svg: str, clip: tuple[int, int] | None) -> bytes:
         page.set_content(f'<html><body style="margin:0;background:#fff">{svg}</body></html>')

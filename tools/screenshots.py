@@ -1,6 +1,6 @@
 """Make the documentation's screenshots of the live chart in a real JupyterLab (headless Chromium).
 
-Starts JupyterLab on loopback the way the browser tests do (tests/_shared/jupyter_lab.py), runs a
+Starts JupyterLab on loopback the way the browser tests do (testbed/jupyter_lab.py), runs a
 two-worker ``model.fit`` cell in it, and while the cell runs hovers, zooms, hides a worker and
 smooths, taking a picture of the widget after each; then pictures the chart's saved end state and
 the cell's labelled output. Writes docs/_static/screenshots/*.png (committed; run this again when
@@ -23,8 +23,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests._shared.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, start_lab, stop_lab  # noqa: E402
-from tests.browser import widget_page as wp  # noqa: E402 - the suite's way to drive the page
+from testbed import widget_page as wp  # noqa: E402 - the suite's way to drive the page
+from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, start_lab, stop_lab  # noqa: E402
 
 log = logging.getLogger("screenshots")
 

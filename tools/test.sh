@@ -103,7 +103,7 @@ export MWNOTEBOOK_RAY_OTHER_PYTHON="$other_env/bin/python"
 # Static checks: lint first (under a second), then types (configured in pyproject.toml) while the suite
 # runs: from a fresh clone mypy takes ~14 s of one core, and the suite's first minutes are mostly
 # waiting on kernels. A type error still fails the run; its report is printed after the suite's.
-python3 -m ruff check mwnotebook tests benchmarks tools
+python3 -m ruff check mwnotebook testbed tests benchmarks tools
 types_log=$(mktemp)
 python3 -m mypy >"$types_log" 2>&1 &
 types_pid=$!
@@ -112,7 +112,7 @@ mkdir -p artifacts
 status=0
 # Three processes on two cores: most of the suite's time is waiting on kernels, detection windows and
 # outages, not computing, and a third process fills waits that two leave idle. A module runs whole on one process; modules that share a session
-# fixture or a machine-wide resource run on the same one (tests/_shared/run_groups.py).
+# fixture or a machine-wide resource run on the same one (tests/_plugins/run_groups.py).
 # Modules are handed out in the suite's own order (--no-loadscope-reorder), not most tests first:
 # that order put the long few-test modules (soaks, lesson notebooks) last, where one process ran
 # them alone; in the suite's order the many short unit tests come last and fill the end.

@@ -2,7 +2,7 @@
 
     python -m benchmarks.probes.remote_template_freeze [--repeat 3] [--per-host 2]
 
-Two SSH test hosts (network namespaces made by tests/_shared/netns_hosts.py; needs root), ``--per-host``
+Two SSH test hosts (network namespaces made by testbed/netns_hosts.py; needs root), ``--per-host``
 workers on each, forked from the host's template (processes/shipped/remote_template.py). Two kinds
 alternate in one run, a new cluster (so a new template per host) each time:
 
@@ -32,7 +32,7 @@ import psutil
 
 from benchmarks._suite import ROOT, SEED_CODE, write_result
 from mwnotebook import Cluster
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 
 MIB = 2 ** 20
 FREEZE_ENV = "MWNOTEBOOK_TEMPLATE_GC_FREEZE"  # processes/shipped/remote_template.py

@@ -18,7 +18,7 @@ import time
 
 from benchmarks._suite import write_result
 from mwnotebook import Cluster
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 
 COLUMNS = ("ready", "restart", "no-op")
 PROBE = "import os, sys\nprint('KERNEL', os.path.basename(sys.argv[0]), os.environ.get('MWNOTEBOOK_WORKER'), flush=True)"

@@ -93,7 +93,7 @@ def worker_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping
                 gpu_count: int | None = None) -> list[dict[str, str]]:
     """The variables each kernel that runs the cell gets on top of its launcher's base environment.
 
-    The one rule: the cluster hands these to its launcher (engine/workers/lifecycle.py) and export
+    The one rule: the cluster hands these to its launcher (engine/workers/worker_group.py) and export
     writes them into the launch scripts (export/scripts.py), so a job runs with what the notebook's
     workers had. ``addresses`` are the TF server addresses of every training task, in
     :meth:`RoleLayout.training_tasks` order (for a plain cluster: the workers); ``environ`` is the

@@ -1,7 +1,7 @@
 """The async core: N worker kernels that run a cell in lockstep, restarted as a group after a fault.
 
 :class:`AsyncCluster` owns a cell's whole path and holds its collaborators, each with its own state:
-the cell kernels (:class:`~mwnotebook.engine.workers.lifecycle.WorkerGroup`: launcher, addresses,
+the cell kernels (:class:`~mwnotebook.engine.workers.worker_group.WorkerGroup`: launcher, addresses,
 environments, workers), the tasks that run no cell (:class:`~mwnotebook.engine.roles.task_roles.TaskRoles`:
 a ``--ps`` cluster's servers, the notebook as coordinator), each task's state
 (:class:`~mwnotebook.engine.cluster_state.TaskStates`) and the output that arrives late
@@ -40,8 +40,8 @@ from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.engine.roles.task_roles import TaskRoles
 from mwnotebook.engine.roles.task_servers import ParameterServerLost, TaskServers, not_back_line
 from mwnotebook.engine.usage import UsageReader, WorkerUsage
-from mwnotebook.engine.workers.connection import Worker
-from mwnotebook.engine.workers.lifecycle import WorkerGroup
+from mwnotebook.engine.workers.worker import Worker
+from mwnotebook.engine.workers.worker_group import WorkerGroup
 from mwnotebook.errors import ClusterInterrupted, ClusterStateError, WorkerFailure
 from mwnotebook.launchers import Launcher
 from mwnotebook.shared.events import EventSink, WorkerOutput

@@ -26,7 +26,7 @@ from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.engine.usage import WorkerUsage
-from mwnotebook.engine.workers.connection import Worker
+from mwnotebook.engine.workers.worker import Worker
 from mwnotebook.errors import STACKS_HEADING
 from mwnotebook.launchers import Launcher
 from mwnotebook.registry.owner import this_owner

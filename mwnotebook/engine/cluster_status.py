@@ -15,7 +15,7 @@ from typing import Any
 
 from mwnotebook.config.roles import RoleLayout, Task
 from mwnotebook.engine.roles.task_servers import TaskServers
-from mwnotebook.engine.workers.connection import Worker
+from mwnotebook.engine.workers.worker import Worker
 
 
 @dataclass(frozen=True)

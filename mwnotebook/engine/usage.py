@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from mwnotebook.engine.workers.connection import Worker
+from mwnotebook.engine.workers.worker import Worker
 from mwnotebook.launchers.capabilities import TakesUsage
 from mwnotebook.processes.shipped.proc_usage import memory_limit
 from mwnotebook.shared.events import EventSink, WorkerResources

@@ -1,2 +1,3 @@
-"""Helpers shared by the test tiers: IOPub message builders, optional-module imports that skip only
-when a module is missing, process-tree scans for orphans, and the CI rule that a skip fails."""
+"""Test-only helpers written once for every tier: IOPub message builders (:mod:`iopub`). What tests,
+benchmarks and tools all start (hosts, clusters, servers, cells, optional imports) is the test bed, the
+top-level ``testbed`` package."""

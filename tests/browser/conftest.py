@@ -1,5 +1,5 @@
 """The browser tier's fixtures: JupyterLab 4 and Notebook 7 on loopback (one server per test module,
-``tests/_shared/jupyter_lab.py``) and a page of Debian's headless Chromium through Playwright."""
+``testbed/jupyter_lab.py``) and a page of Debian's headless Chromium through Playwright."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .._shared.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab, artifacts_path, serve, start_lab, stop_lab
+from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab, artifacts_path, serve, start_lab, stop_lab
 
 __all__ = ["CHROMIUM", "CHROMIUM_ARGS", "Lab", "copy_to_lab", "start_lab", "stop_lab"]
 

@@ -15,8 +15,9 @@ import time
 import nbformat
 import pytest
 
+from testbed.widget_page import prompts, run_cell
+
 from .conftest import Lab
-from .widget_page import prompts, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 

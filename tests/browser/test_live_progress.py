@@ -13,9 +13,10 @@ import time
 import nbformat
 import pytest
 
+from testbed.widget_page import prompts, run_cell, save
+
 from .conftest import Lab
 from .test_live_dashboard import _cell_running
-from .widget_page import prompts, run_cell, save
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 

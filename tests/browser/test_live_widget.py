@@ -20,7 +20,8 @@ import time
 import nbformat
 import pytest
 
-from . import widget_page as wp
+from testbed import widget_page as wp
+
 from .conftest import Lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]

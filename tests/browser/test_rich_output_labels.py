@@ -20,10 +20,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests._shared.modules import require
+from testbed.modules import require
+from testbed.widget_page import prompts, run_cell, save
 
 from .conftest import CHROMIUM, CHROMIUM_ARGS, Lab
-from .widget_page import prompts, run_cell, save
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -1,6 +1,6 @@
 """The hub tier: one real JupyterHub for the whole tier (a session fixture; every module here runs on
-one pytest-xdist process: tests/_shared/run_groups.py), its students real system users made here and
-removed at the end (tests/_shared/hub.py)."""
+one pytest-xdist process: tests/_plugins/run_groups.py), its students real system users made here and
+removed at the end (testbed/hub.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests._shared.hub import HUB_VENV, Hub, Student, start_hub
-from tests._shared.modules import require
+from testbed.hub import HUB_VENV, Hub, Student, start_hub
+from testbed.modules import require
 
 
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     """JupyterHub with three students, ``MWNOTEBOOK_MAX_WORKERS=2`` for the class; the third's server
-    culls its own idle kernels (tests/_shared/hub.py ``INSIDE_CULLING``)."""
+    culls its own idle kernels (testbed/hub.py ``INSIDE_CULLING``)."""
     if os.geteuid() != 0:
         pytest.skip("the hub tier makes system users and spawns their servers as them: run it as root")
     if not (HUB_VENV / "bin" / "jupyterhub-singleuser").exists():

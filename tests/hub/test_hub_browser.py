@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests._shared.hub import Hub, Student
-from tests._shared.jupyter_lab import CHROMIUM, CHROMIUM_ARGS
-from tests._shared.modules import require
+from testbed.hub import Hub, Student
+from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS
+from testbed.modules import require
 
 pytestmark = [pytest.mark.hub, pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(600)]
 

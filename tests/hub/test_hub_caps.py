@@ -1,5 +1,5 @@
 """The teacher's class cap on a hub: ``MWNOTEBOOK_MAX_WORKERS=2``, set for every student by
-``c.Spawner.environment`` (tests/_shared/hub.py), counts a student's TensorFlow tasks across all
+``c.Spawner.environment`` (testbed/hub.py), counts a student's TensorFlow tasks across all
 their notebooks: with two workers running in one notebook, a cell of another notebook that asks
 for one more is refused before anything starts, with an error that names the cap
 (docs/guide/caps.md)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._shared.hub import CLASS_CAP, Hub, Student, processes_of
+from testbed.hub import CLASS_CAP, Hub, Student, processes_of
 
 pytestmark = [pytest.mark.hub, pytest.mark.integration, pytest.mark.timeout(600)]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests._shared.hub import CellResult, Hub, HubKernel, Student, processes_of, uid_of
-from tests._shared.seed_cell import SEED_CELL, expected_line
+from testbed.hub import CellResult, Hub, HubKernel, Student, processes_of, uid_of
+from testbed.seed_cell import SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.hub, pytest.mark.tf, pytest.mark.timeout(900)]
 

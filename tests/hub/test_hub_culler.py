@@ -18,9 +18,9 @@ import time
 import psutil
 import pytest
 
-from tests._shared.hub import INSIDE_CULLING, Hub, Student, processes_of, record
-from tests._shared.processes import end_processes, is_worker
-from tests._shared.seed_cell import LONG_RUN
+from testbed.hub import INSIDE_CULLING, Hub, Student, processes_of, record
+from testbed.processes import end_processes, is_worker
+from testbed.seed_cell import LONG_RUN
 
 pytestmark = [pytest.mark.hub, pytest.mark.tf, pytest.mark.timeout(600)]
 
@@ -88,7 +88,7 @@ def test_the_hubs_idle_culler_ends_a_server_whose_cell_trains_quietly_with_no_ta
 
 def test_culling_inside_the_server_keeps_a_training_kernel_and_culls_it_once_idle(
         hub: Hub, self_culling_student: Student) -> None:
-    """The server runs with tests/_shared/hub.py ``INSIDE_CULLING`` (idle kernels after 5 s, also with
+    """The server runs with testbed/hub.py ``INSIDE_CULLING`` (idle kernels after 5 s, also with
     a client connected): the quiet cell's kernel is busy for 20 s, four times the idle timeout, and is
     kept with its workers to the cell's end; then, idle, it is culled and its workers end with it."""
     assert "--MappingKernelManager.cull_busy=False" in INSIDE_CULLING

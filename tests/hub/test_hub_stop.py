@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests._shared.hub import ACTIVITY_INTERVAL, Hub, Student, Watch, processes_of, record
-from tests._shared.processes import is_worker
-from tests._shared.seed_cell import LONG_RUN
+from testbed.hub import ACTIVITY_INTERVAL, Hub, Student, Watch, processes_of, record
+from testbed.processes import is_worker
+from testbed.seed_cell import LONG_RUN
 
 pytestmark = [pytest.mark.hub, pytest.mark.tf, pytest.mark.timeout(900)]
 

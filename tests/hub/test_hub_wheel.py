@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._shared.hub import HUB_VENV
+from testbed.hub import HUB_VENV
 
 pytestmark = [pytest.mark.hub]
 

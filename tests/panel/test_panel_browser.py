@@ -22,8 +22,8 @@ import nbformat
 import psutil
 import pytest
 
-from .._shared.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab, artifacts_path, serve
-from ..browser.widget_page import cell_text, dismiss_dialog, run_cell
+from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab, artifacts_path, serve
+from testbed.widget_page import cell_text, dismiss_dialog, run_cell
 
 pytestmark = pytest.mark.browser
 

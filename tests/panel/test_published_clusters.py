@@ -17,7 +17,7 @@ import pytest
 
 from mwnotebook import Cluster, ClusterRunError
 from mwnotebook.registry import control, orphans, state
-from tests._shared import processes
+from testbed import processes
 
 from ..conftest import alive_workers, wait_for_no_workers
 

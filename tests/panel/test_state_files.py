@@ -16,7 +16,7 @@ from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.registry import control, orphans, processes, state
 from mwnotebook.registry.publication import Publication
 from mwnotebook.shared.events import RunRestarted, WorkerOutput, WorkerStateChanged
-from tests._shared import processes as test_processes
+from testbed import processes as test_processes
 
 NOBODY = 65534
 

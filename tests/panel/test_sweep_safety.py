@@ -23,7 +23,7 @@ import pytest
 
 from mwnotebook.registry import control, orphans, processes, state
 from mwnotebook.server.service import STATUS, ClusterService, ServiceError
-from tests._shared import processes as test_processes
+from testbed import processes as test_processes
 
 OWNER = textwrap.dedent("""
     import asyncio, json, sys, time

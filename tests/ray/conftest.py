@@ -1,5 +1,5 @@
 """One real Ray cluster (a head and two worker nodes on loopback addresses, ray_nodes.py) for the
-whole tier: the modules of tests/ray run on one xdist process (tests/_shared/run_groups.py)."""
+whole tier: the modules of tests/ray run on one xdist process (tests/_plugins/run_groups.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.ray import ray_nodes
+from testbed import ray_nodes
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,8 @@ import time
 
 from mwnotebook import Cluster
 from mwnotebook.shared.events import Event, WorkerOutput
-from tests._shared.seed_cell import SEED_CELL
-from tests.ray import ray_nodes
+from testbed import ray_nodes
+from testbed.seed_cell import SEED_CELL
 
 
 def first_line(**options: object) -> float:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests._shared.lessons import execute_lesson, text_of
-from tests._shared.seed_cell import expected_line
-from tests.ray import ray_nodes
+from testbed import ray_nodes
+from testbed.lessons import execute_lesson, text_of
+from testbed.seed_cell import expected_line
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import psutil
 
 from mwnotebook.registry import orphans, state
-from tests._shared import processes
-from tests.ray import ray_nodes
+from testbed import processes, ray_nodes
 
 
 def running(pid: int) -> bool:

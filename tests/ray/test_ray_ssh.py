@@ -31,8 +31,8 @@ from mwnotebook import Cluster, ClusterRunError, ClusterSpec, ClusterStartError
 from mwnotebook.config.options import add_cluster_arguments, spec_from_options
 from mwnotebook.errors import ConfigError
 from mwnotebook.launchers.ray.launcher import RayLauncher
-from tests._shared.seed_cell import SEED_CELL, expected_line
-from tests.ray import ray_nodes
+from testbed import ray_nodes
+from testbed.seed_cell import SEED_CELL, expected_line
 from tests.ray.test_ray_workers import WHERE_LINE, placement_groups, wait_until
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]

@@ -11,9 +11,9 @@ import psutil
 import pytest
 
 from mwnotebook import Cluster, WorkerDiedError
-from tests._shared.processes import running
-from tests._shared.seed_cell import SEED_CELL, expected_line
-from tests.ray import ray_nodes
+from testbed import ray_nodes
+from testbed.processes import running
+from testbed.seed_cell import SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from mwnotebook import Cluster, ClusterStartError
-from tests.ray import ray_nodes
+from testbed import ray_nodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

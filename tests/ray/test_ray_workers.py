@@ -20,9 +20,9 @@ import pytest
 
 from mwnotebook import Cluster, ClusterRunError, ClusterStartError
 from mwnotebook.shared.events import Event, WorkerOutput
-from tests._shared.processes import running
-from tests._shared.seed_cell import LONG_RUN, SEED_CELL, expected_line
-from tests.ray import ray_nodes
+from testbed import ray_nodes
+from testbed.processes import running
+from testbed.seed_cell import LONG_RUN, SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 

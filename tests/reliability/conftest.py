@@ -2,7 +2,7 @@
 
 Every scenario records one row -- scenario, limit, seconds to detection, seconds until the cell
 failed, whether the next cell succeeded, orphan processes left -- with ``record``
-(tests/_shared/reliability_table.py) *before* it asserts. Faults come only from outside mwnotebook:
+(tests/_plugins/reliability_table.py) *before* it asserts. Faults come only from outside mwnotebook:
 signals sent by the test, cells that raise or hang.
 """
 
@@ -19,8 +19,9 @@ from typing import Any
 import psutil
 import pytest
 
-from .._shared.modules import require
-from .._shared.reliability_table import record  # noqa: F401 (the scenarios import it from here)
+from testbed.modules import require
+
+from .._plugins.reliability_table import record  # noqa: F401 (the scenarios import it from here)
 
 require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
 

@@ -3,7 +3,7 @@
 ipykernel publishes IOPub through a ZMQ PUB socket, and a PUB socket above its high-water mark
 drops what it is handed, silently: the notebook then gets a cell's execute_reply but never its
 ``status: idle`` (this is how 2 of 5 output floods hung before mwnotebook/processes/runtime/output.py).
-The engine (``Worker._drain`` in mwnotebook/engine/workers/connection.py) must not wait for it forever.
+The engine (``Worker._drain`` in mwnotebook/engine/workers/worker.py) must not wait for it forever.
 
 How the idle is lost here: a worker-side cell replaces, for its own request only, the IOPub thread's
 ``_really_send`` (ipykernel/iostream.py: the one place where a message is handed to the ZMQ socket)
@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from mwnotebook import Cluster
+from testbed.processes import OrphanScan
 
-from .._shared.processes import OrphanScan
 from .conftest import CLUSTER_MODULES, CellThread, record, wait_gone
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(600)]

@@ -3,7 +3,7 @@
 Two workers each print 20,000 lines with ``flush=True`` (one IOPub message per line), several times
 in a row. Before: 2 runs of 5 hung, 3 lost 21-53 % of one worker's lines. Every line must now be in
 the result and in the worker's output log, and the result must say the output is complete. Orphans
-are counted by process-tree scans before and after (tests/_shared/processes.py).
+are counted by process-tree scans before and after (testbed/processes.py).
 
 How many runs CI needs: before the fix 5 of 5 runs went wrong. Even at the lower end of what 5/5
 allows (a one-sided 95 % bound: a rate p with p^5 = 0.05, p = 0.55), 3 runs miss a regression with
@@ -18,8 +18,8 @@ import pathlib
 import pytest
 
 from mwnotebook import Cluster
+from testbed.processes import OrphanScan
 
-from .._shared.processes import OrphanScan
 from .conftest import record
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.timeout(1800)]

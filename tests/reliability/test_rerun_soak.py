@@ -6,7 +6,7 @@ or aborted). The workers now give each strategy a fresh key range (mwnotebook/pr
 and the cells below are the user's, unchanged: the seed's custom loop and a tf_keras ``fit`` that
 rebuilds strategy and model. Each rerun runs under a timeout, so a hang fails the test instead of
 holding it. Orphans are counted by process-tree scans before and after each soak
-(tests/_shared/processes.py), never assumed.
+(testbed/processes.py), never assumed.
 
 How many reruns CI needs. The mechanism itself is tested deterministically, every time, by
 tests/tf/test_collective_keys.py (fresh, equal, distinct key bases; collective ops enabled once),
@@ -39,8 +39,8 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.errors import ClusterRunError, ClusterTimeoutError
+from testbed.processes import OrphanScan
 
-from .._shared.processes import OrphanScan
 from .conftest import DATA, SEED_LINE, record
 
 #: ~20 reruns take ~30 s on an idle 2-core machine, several times that when it is shared; each

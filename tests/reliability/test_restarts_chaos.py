@@ -24,8 +24,8 @@ import pytest
 from mwnotebook import Cluster, WorkerDiedError
 from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import Event, EventSink
+from testbed.chaos import Killer, final_line, fit_cell, loop_cell, random_plan
 
-from .chaos import Killer, final_line, fit_cell, loop_cell, random_plan
 from .conftest import kill_all, mw_descendants, record, wait_gone
 
 pytestmark = [pytest.mark.reliability, pytest.mark.tf, pytest.mark.slow]

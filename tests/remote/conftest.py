@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 
 
 @pytest.fixture(scope="session")

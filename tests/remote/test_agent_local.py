@@ -19,7 +19,7 @@ import pytest
 
 from mwnotebook.processes import shipped
 from mwnotebook.processes.shipped.remote_agent import BOOTSTRAP
-from tests._shared.processes import running, wait_gone
+from testbed.processes import running, wait_gone
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -17,8 +17,8 @@ import pytest
 
 from mwnotebook import Cluster, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
-from tests._shared import netns_hosts
-from tests._shared.processes import wait_gone
+from testbed import netns_hosts
+from testbed.processes import wait_gone
 
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(600)]
 

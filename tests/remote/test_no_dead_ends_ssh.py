@@ -28,7 +28,7 @@ from mwnotebook import Cluster
 from mwnotebook.errors import RestartFailedError, WorkerDiedError
 from mwnotebook.frontend.notebook.magics import MWMagics
 from mwnotebook.shared.events import Event, WorkerOutput
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 from tests.integration.test_no_dead_ends import assert_nothing_runs, assert_runs_afresh
 
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(600)]

@@ -15,7 +15,7 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.registry import control, orphans, state
-from tests._shared import netns_hosts, processes
+from testbed import netns_hosts, processes
 
 pytestmark = pytest.mark.remote
 

@@ -14,9 +14,9 @@ import pytest
 
 from mwnotebook import Cluster, ClusterStartError, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
-from tests._shared import netns_hosts
-from tests._shared.processes import running, wait_gone
-from tests._shared.seed_cell import LONG_RUN, SEED_CELL, expected_line
+from testbed import netns_hosts
+from testbed.processes import running, wait_gone
+from testbed.seed_cell import LONG_RUN, SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -1,5 +1,5 @@
 """Live curves from remote workers: a stock ``model.fit`` on SSH test hosts (network namespaces,
-tests/_shared/netns_hosts.py) gives metric records from every worker, as local workers do -- with
+testbed/netns_hosts.py) gives metric records from every worker, as local workers do -- with
 kernels forked from the hosts' worker templates and with fresh kernels.
 
 The worker hooks that add the Keras reporter to ``fit`` (processes/worker_hooks.py) are installed
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from mwnotebook import Cluster
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 
 #: Hang bounds only, generous for a loaded 2-core machine (each case takes ~20 s here).
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]

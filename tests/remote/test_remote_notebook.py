@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from tests._shared import netns_hosts
-from tests._shared.lessons import execute_lesson, text_of
-from tests._shared.seed_cell import expected_line
+from testbed import netns_hosts
+from testbed.lessons import execute_lesson, text_of
+from testbed.seed_cell import expected_line
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(1200)]
 

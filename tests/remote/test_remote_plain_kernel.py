@@ -10,7 +10,7 @@ import json
 import pytest
 
 from mwnotebook import Cluster
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 from tests.remote.test_remote_worker_runtime import CHECKOUT, _line
 
 #: Hang bounds only, generous for a loaded 2-core machine.

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from mwnotebook import Cluster, ClusterInterrupted
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 from tests.remote.test_remote_worker_runtime import CHECKOUT
 
 #: Hang bounds only, generous for a loaded 2-core machine.

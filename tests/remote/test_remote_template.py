@@ -17,8 +17,8 @@ import pytest
 
 from mwnotebook import Cluster, ClusterSpec, WorkerDiedError
 from mwnotebook.launchers.ssh.launcher import SSHLauncher
-from tests._shared import netns_hosts
-from tests._shared.seed_cell import SEED_CELL, expected_line
+from testbed import netns_hosts
+from testbed.seed_cell import SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

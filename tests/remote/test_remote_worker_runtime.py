@@ -1,5 +1,5 @@
 """Remote worker kernels get the worker runtime of local ones (mwnotebook/processes/worker_runtime.py),
-where mwnotebook is importable on the host: SSH test hosts (network namespaces, tests/_shared/netns_hosts.py),
+where mwnotebook is importable on the host: SSH test hosts (network namespaces, testbed/netns_hosts.py),
 kernels forked from the hosts' worker templates and fresh ones.
 
 The remote agent starts ``python -m mwnotebook.processes.worker_kernel`` there instead of
@@ -21,7 +21,7 @@ import pytest
 
 import mwnotebook
 from mwnotebook import Cluster
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 
 #: Hang bounds only, generous for a loaded 2-core machine.
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(900)]

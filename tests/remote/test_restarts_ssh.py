@@ -1,5 +1,5 @@
 """``--max-restarts`` over SSH: a worker host's link is downed in the middle of a tf_keras ``fit``
-with ``BackupAndRestore`` (tests/reliability/chaos.py), on the network-namespace test hosts.
+with ``BackupAndRestore`` (testbed/chaos.py), on the network-namespace test hosts.
 
 * **5 s**: the connections ride it out (0 restarts here) or the keepalive gives up (a restart);
   either way the cell completes with the final metrics of the same cell run undisturbed.
@@ -31,11 +31,11 @@ from mwnotebook import Cluster
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_SECONDS
 from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests._shared.modules import require
-from tests.reliability.chaos import final_line, fit_cell
+from testbed.chaos import final_line, fit_cell
+from testbed.modules import require
 
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.tf, pytest.mark.timeout(900)]
 

@@ -23,9 +23,12 @@ import pytest
 from mwnotebook import Cluster
 from mwnotebook.engine.roles.task_servers import ParameterServerLost
 from mwnotebook.shared.events import WorkerOutput
-from tests._shared import netns_hosts
-from tests._shared.modules import require
-from tests._shared.ps_cells import (
+from testbed import netns_hosts
+from testbed.modules import require
+from testbed.ps_cells import (
+    BACKED_UP,
+    EVALUATOR_CELL,
+    LOOP,
     PS_FIT,
     assert_fit_trains,
     fit_with_a_server_killed_at_epoch_3,
@@ -33,7 +36,6 @@ from tests._shared.ps_cells import (
     ps_counter_cell,
     run_stock_fit,
 )
-from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, LOOP
 
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(900)]
 

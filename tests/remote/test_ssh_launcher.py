@@ -23,8 +23,8 @@ from mwnotebook.config.tf_config import tf_config_json
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle, Launcher
 from mwnotebook.launchers.ssh.launcher import SSHKernelHandle, SSHLauncher
-from tests._shared import netns_hosts
-from tests._shared.processes import running
+from testbed import netns_hosts
+from testbed.processes import running
 
 pytestmark = [pytest.mark.remote, pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -19,7 +19,7 @@ import pytest
 
 from mwnotebook.config.hosts import HostSpec
 from mwnotebook.launchers.ssh.connect import SSHConnectError, open_connection
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 
 pytestmark = [pytest.mark.remote, pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests._shared import slurm_cluster
+from testbed import slurm_cluster
 
 
 def _cluster(nodes: int, suffix: str) -> Iterator[slurm_cluster.SlurmCluster]:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mwnotebook.registry import orphans, state
-from tests._shared import processes, slurm_cluster
+from testbed import processes, slurm_cluster
 
 pytestmark = pytest.mark.slurm
 

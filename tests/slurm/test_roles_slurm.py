@@ -26,10 +26,18 @@ from mwnotebook import Cluster
 from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import WorkerOutput
-from tests._shared import slurm_cluster
-from tests._shared.ps_cells import assert_fit_trains, fit_with_a_server_killed_at_epoch_3, losses, run_stock_fit
+from testbed import slurm_cluster
+from testbed.ps_cells import (
+    BACKED_UP,
+    EVALUATOR_CELL,
+    LOOP,
+    assert_fit_trains,
+    fit_with_a_server_killed_at_epoch_3,
+    losses,
+    run_stock_fit,
+)
+from testbed.ps_cells import PS_FIT as FIT
 from tests.slurm.test_slurm_node_loss import resume
-from tests.tf.test_ps_roles import BACKED_UP, EVALUATOR_CELL, FIT, LOOP
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -13,9 +13,9 @@ import pytest
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.export.formats import export_format
-from tests._shared import slurm_cluster
-from tests._shared.ps_cells import ps_counter_cell
-from tests._shared.seed_cell import SEED_CELL, expected_line
+from testbed import slurm_cluster
+from testbed.ps_cells import ps_counter_cell
+from testbed.seed_cell import SEED_CELL, expected_line
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests._shared import slurm_cluster
-from tests._shared.lessons import ROOT, execute_lesson, text_of
-from tests._shared.seed_cell import expected_line
+from testbed import slurm_cluster
+from testbed.lessons import ROOT, execute_lesson, text_of
+from testbed.seed_cell import expected_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 

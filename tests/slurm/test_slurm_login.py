@@ -22,9 +22,9 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.launchers.slurm import job as slurm_job
-from tests._shared import slurm_cluster
-from tests._shared.processes import running
-from tests._shared.seed_cell import SEED_CELL, expected_line
+from testbed import slurm_cluster
+from testbed.processes import running
+from testbed.seed_cell import SEED_CELL, expected_line
 from tests.slurm.test_slurm_workers import kill_worker_mid_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
@@ -156,8 +156,8 @@ def test_ps_fit_through_the_login_node(laptop: slurm_cluster.SlurmCluster) -> No
     """``--ps 1 --workers 2 --slurm-login``: every task a job step started on the login node, placed
     by the rule on the job's nodes (launchers/slurm/launcher.py), the coordinator and the servers
     reached through the login node's forwards; the tutorial's fit trains, its loss falling."""
-    from tests._shared.ps_cells import losses
-    from tests.tf.test_ps_roles import FIT
+    from testbed.ps_cells import PS_FIT as FIT
+    from testbed.ps_cells import losses
 
     n0, n1 = laptop.node_names
     with Cluster(workers=2, ps=1, cpu=True, slurm="-N 2", slurm_login=laptop.login.alias) as cluster:

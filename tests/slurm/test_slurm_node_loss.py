@@ -16,7 +16,7 @@ import pytest
 from mwnotebook import Cluster
 from mwnotebook.errors import RestartFailedError
 from mwnotebook.shared.events import Event, WorkerOutput
-from tests._shared import slurm_cluster
+from testbed import slurm_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mwnotebook import Cluster
-from tests._shared import slurm_cluster
-from tests._shared.seed_cell import SEED_CELL, expected_line
+from testbed import slurm_cluster
+from testbed.seed_cell import SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

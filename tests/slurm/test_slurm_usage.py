@@ -12,7 +12,7 @@ import time
 import pytest
 
 from mwnotebook import Cluster
-from tests._shared import slurm_cluster
+from testbed import slurm_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(400)]
 

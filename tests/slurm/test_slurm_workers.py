@@ -15,9 +15,9 @@ import pytest
 
 from mwnotebook import Cluster, ClusterInterrupted, ClusterStartError, WorkerDiedError
 from mwnotebook.shared.events import Event, WorkerOutput
-from tests._shared import slurm_cluster
-from tests._shared.processes import running
-from tests._shared.seed_cell import LONG_RUN, SEED_CELL, expected_line
+from testbed import slurm_cluster
+from testbed.processes import running
+from testbed.seed_cell import LONG_RUN, SEED_CELL, expected_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

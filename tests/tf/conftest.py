@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from .._shared.modules import require
+from testbed.modules import require
 
 require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
 

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests._shared.lessons import ROOT, text_of
+from testbed.lessons import ROOT, text_of
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -11,8 +11,7 @@ import pytest
 
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.export.scripts import export_cell
-
-from .._shared.ps_cells import ps_counter_cell
+from testbed.ps_cells import ps_counter_cell
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """Lesson 11, a hang and how to find it (notebooks/11_a_hang_and_how_to_find_it.ipynb, run with
-nbclient through tests/_shared/lessons.py): a collective called on worker 0 only hangs; the stacks
+nbclient through testbed/lessons.py): a collective called on worker 0 only hangs; the stacks
 asked for while it hangs say ``workers [0] wait in a collective for workers [1]``; ``--timeout 20``
 ends the cell with ``ClusterTimeoutError`` carrying the same stacks; the fixed cell (the collective on
 every worker) then runs on the restarted workers."""
@@ -11,7 +11,7 @@ import re
 import nbformat
 import pytest
 
-from tests._shared.lessons import execute_lesson, text_of
+from testbed.lessons import execute_lesson, text_of
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 

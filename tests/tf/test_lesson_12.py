@@ -1,5 +1,5 @@
 """Lesson 12, speed-up against the number of workers (notebooks/12_speedup_and_workers.ipynb, run
-with nbclient through tests/_shared/lessons.py): one training program run on 1, 2 and 4 local
+with nbclient through testbed/lessons.py): one training program run on 1, 2 and 4 local
 workers; each run measures steps/s, examples/s and the time to 97% held-out accuracy, and the table
 compares them. No timing is asserted (the machine is shared): only that every size ran, reached the
 target with the global batch the workers imply, and that the table shows every row."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._shared.lessons import execute_lesson, text_of
+from testbed.lessons import execute_lesson, text_of
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 

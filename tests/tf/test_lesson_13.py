@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from .._shared.lessons import execute_lesson, text_of
+from testbed.lessons import execute_lesson, text_of
 
 pytestmark = [pytest.mark.tf]
 

@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from tests._shared.ps_cells import PS_FIT, assert_fit_trains
+from testbed.ps_cells import PS_FIT, assert_fit_trains
 from tests.reliability.conftest import Notebook, mw_descendants, wait_gone
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from .._shared.modules import require
+from testbed.modules import require
 
 tf = require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
 

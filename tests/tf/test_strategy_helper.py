@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .._shared.modules import require
+from testbed.modules import require
 
 require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
 

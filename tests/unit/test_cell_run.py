@@ -18,7 +18,7 @@ import pytest
 
 from mwnotebook.engine.cell import run as cell_run
 from mwnotebook.engine.cell.run import CellRun, CellVerdict
-from mwnotebook.engine.workers.connection import ExecutionOutcome
+from mwnotebook.engine.workers.worker import ExecutionOutcome
 from mwnotebook.errors import (
     ClusterInterrupted,
     ClusterStartError,
@@ -123,7 +123,7 @@ class FakeWorker:
 
 
 def outcome(content: dict[str, Any]) -> ExecutionOutcome:
-    """What :class:`~mwnotebook.engine.workers.connection.Worker` makes of an execute_reply's content."""
+    """What :class:`~mwnotebook.engine.workers.worker.Worker` makes of an execute_reply's content."""
     return ExecutionOutcome(status=content.get("status", "error"), ename=content.get("ename", ""),
                             evalue=content.get("evalue", ""), traceback=list(content.get("traceback", [])),
                             user_expressions=dict(content.get("user_expressions") or {}))

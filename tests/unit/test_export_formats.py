@@ -1,6 +1,6 @@
 """``--export DIR --format slurm|tfjob``: the generated files, the Slurm TF_CONFIG launcher's pure
 parts with recorded Slurm variables, and the TFJob manifest checked against Kubeflow's own TFJob v1
-API definition (the Training Operator's SDK models, strictly: tests/_shared/kubeflow_models.py; no
+API definition (the Training Operator's SDK models, strictly: testbed/kubeflow_models.py; no
 Kubernetes cluster is available here to apply it).
 Running the exported Slurm job on a real Slurm is in tests/slurm/test_slurm_export.py."""
 
@@ -16,8 +16,7 @@ from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
 from mwnotebook.export.formats import export_format, sbatch_lines
 from mwnotebook.processes.shipped import slurm_tf_config as stc
-
-from .._shared.kubeflow_models import ManifestError, validate
+from testbed.kubeflow_models import ManifestError, validate
 
 CELL = "import os\nprint(os.environ['TF_CONFIG'])\n"
 

@@ -206,7 +206,7 @@ def test_no_import_points_upward() -> None:
 def test_the_graph_sees_known_edges() -> None:
     """Guards the reader itself: a parser that found no edges would pass the two tests above."""
     graph = import_graph()
-    assert "mwnotebook.engine.workers.connection" in graph["mwnotebook.engine.async_cluster"]
+    assert "mwnotebook.engine.workers.worker" in graph["mwnotebook.engine.async_cluster"]
     assert "mwnotebook.processes.runtime.after_import" in graph["mwnotebook.processes.runtime.tf_logs"]
     assert "mwnotebook.errors" in graph["mwnotebook.config.spec"]
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]

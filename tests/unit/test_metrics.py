@@ -15,8 +15,7 @@ from mwnotebook.shared.metrics import (
     global_key,
     records_to_dataframe,
 )
-
-from .._shared.modules import require
+from testbed.modules import require
 
 
 def test_nonfinite_values_round_trip_through_json_safe_strings():

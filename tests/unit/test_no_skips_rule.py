@@ -1,6 +1,6 @@
-"""The CI rule of tests/_shared/no_skips.py, run in a child pytest: with MWNOTEBOOK_NO_SKIPS=1 a
+"""The CI rule of tests/_plugins/no_skips.py, run in a child pytest: with MWNOTEBOOK_NO_SKIPS=1 a
 skip (in a test, a ``skipif`` mark, a module-level optional import) fails the run; without it the
-same run passes with the skips reported. tests/_shared/modules.py skips only for an absent module."""
+same run passes with the skips reported. testbed/modules.py skips only for an absent module."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 SKIPPING = '''
 import pytest
-from tests._shared.modules import require
+from testbed.modules import require
 
 def test_skips_inside():
     pytest.skip("no tool here")
@@ -33,7 +33,7 @@ def test_expected_failure():
 '''
 
 MODULE_SKIP = '''
-from tests._shared.modules import require
+from testbed.modules import require
 require("mwnotebook_no_such_module", "pip install nothing")
 
 def test_never_collected():
@@ -49,7 +49,7 @@ def _run(tmp_path: Path, files: dict[str, str], no_skips: bool) -> subprocess.Co
     # autoloaded plugin costs the child seconds of imports).
     env = {**os.environ, "PYTHONPATH": str(REPO), "MWNOTEBOOK_NO_SKIPS": "1" if no_skips else "",
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests._shared.no_skips", "-p", "no:cacheprovider",
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests._plugins.no_skips", "-p", "no:cacheprovider",
                            "-q", "-rA", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path),
                            *files], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
@@ -73,7 +73,7 @@ def test_every_skip_in_a_test_file_fails_on_ci_but_an_xfail_stays(tmp_path: Path
 
 def test_a_broken_module_fails_instead_of_skipping(tmp_path: Path) -> None:
     (tmp_path / "mwnotebook_broken_probe.py").write_text("import mwnotebook_its_missing_dependency\n")
-    files = {"test_c.py": "from tests._shared.modules import require\n\n"
+    files = {"test_c.py": "from testbed.modules import require\n\n"
                           "def test_broken():\n    require('mwnotebook_broken_probe', 'x')\n"}
     run = _run(tmp_path, files, no_skips=False)
     assert run.returncode == 1, run.stdout

@@ -1,4 +1,4 @@
-"""tests/_shared/processes.py finds an orphan: a process whose parent exited at once (so it is
+"""testbed/processes.py finds an orphan: a process whose parent exited at once (so it is
 re-parented) still shows in the scan, because the test process is a child subreaper."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from .._shared.processes import OrphanScan, alive_workers
+from testbed.processes import OrphanScan, alive_workers
 
 #: A stand-in with a worker kernel's module name in its command line, started by a shell that
 #: exits at once: the stand-in is left without its parent, as a leaked worker would be.

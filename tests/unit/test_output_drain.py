@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import mwnotebook.engine.workers.connection as connection
-from mwnotebook.engine.workers.connection import OUTPUT_COUNT_KEY, Worker
+import mwnotebook.engine.workers.worker as connection
+from mwnotebook.engine.workers.worker import OUTPUT_COUNT_KEY, Worker
 
 from .._shared.iopub import status
 from .._shared.iopub import stream as _stream

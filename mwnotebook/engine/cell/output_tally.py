@@ -1,7 +1,7 @@
 """What one request's stream output came to: what arrived, against what the worker says it wrote.
 
 The worker counts the characters each request writes per stream (mwnotebook/processes/runtime/output.py)
-and reports the count with its execute_reply (mwnotebook/engine/workers/connection.py); compared with what
+and reports the count with its execute_reply (mwnotebook/engine/workers/worker.py); compared with what
 arrived, it says whether output was lost.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mwnotebook.engine.workers.connection import ExecutionOutcome
+from mwnotebook.engine.workers.worker import ExecutionOutcome
 from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics, WorkerOutput
 
 

@@ -19,7 +19,7 @@ from mwnotebook.engine.cell.iopub_events import events_from_iopub
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cell.stacks import StacksReport, dump_stacks
 from mwnotebook.engine.workers.bootstrap import SETTLE_EXPRESSION
-from mwnotebook.engine.workers.connection import ExecutionOutcome, MessageCallback
+from mwnotebook.engine.workers.worker import ExecutionOutcome, MessageCallback
 from mwnotebook.errors import (
     ClusterInterrupted,
     ClusterRunError,
@@ -45,7 +45,7 @@ SETTLE_SECONDS = 0.5
 
 
 class RunWorker(Protocol):
-    """What a cell run needs of a worker (:class:`~mwnotebook.engine.workers.connection.Worker`, or a fake)."""
+    """What a cell run needs of a worker (:class:`~mwnotebook.engine.workers.worker.Worker`, or a fake)."""
 
     handle: KernelHandle
     #: Where the worker's output of every cell is appended ('' for none).

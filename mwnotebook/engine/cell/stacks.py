@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class StackWorker(Protocol):
-    """What a stack dump needs of a worker (:class:`~mwnotebook.engine.workers.connection.Worker`, or a cell run's)."""
+    """What a stack dump needs of a worker (:class:`~mwnotebook.engine.workers.worker.Worker`, or a cell run's)."""
 
     handle: KernelHandle
 

@@ -42,7 +42,7 @@ from typing import Literal
 
 from mwnotebook.config.roles import Task
 from mwnotebook.engine.cell.late_output import LateOutput
-from mwnotebook.engine.workers.connection import Worker
+from mwnotebook.engine.workers.worker import Worker
 from mwnotebook.errors import ClusterRunError, ClusterStartError, WorkerFailure
 from mwnotebook.launchers import Launcher
 

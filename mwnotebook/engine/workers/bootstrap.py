@@ -43,7 +43,7 @@ RELEASE_CODE = ("try:\n    import mwnotebook.worker._lifetime as _mwl\n    _mwl.
 
 #: Evaluated by each worker after every cell (an execute request's user_expressions): "True" when
 #: replaced objects must be freed between cells (see mwnotebook/worker/_lifetime.py). Workers that
-#: answer in their reply's metadata are not asked (mwnotebook/engine/workers/connection.py).
+#: answer in their reply's metadata are not asked (mwnotebook/engine/workers/worker.py).
 SETTLE_EXPRESSION = "__import__('mwnotebook.worker._lifetime', fromlist=['settle']).settle()"
 
 

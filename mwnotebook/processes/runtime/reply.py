@@ -6,7 +6,7 @@ formatting two ``user_expressions`` per cell (the output count of :mod:`.output`
 N workers sharing few cores, that is paid N times per cell. So the worker puts both answers into the
 execute_reply's metadata (``metadata["mwnotebook"]``: ``written`` per stream, ``settle``) as plain
 values, and the notebook stops asking through expressions once it has seen that metadata
-(``mwnotebook/engine/workers/connection.py``). A worker without this module (a remote host with an older
+(``mwnotebook/engine/workers/worker.py``). A worker without this module (a remote host with an older
 mwnotebook) keeps answering the expressions.
 
 Four more per-request costs of ipykernel are dropped here, each safe because the notebook reads

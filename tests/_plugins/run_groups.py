@@ -8,7 +8,7 @@ share a session fixture or a machine-wide resource go to the same process, one a
 * tests/remote: the session's SSH test hosts (tests/remote/conftest.py);
 * tests/slurm: the session's Slurm test cluster (tests/slurm/conftest.py). Both make network
   namespaces on a free ``10.213.N.0/24`` subnet, named after their process, and take the subnet
-  under a lock (tests/_shared/netns_hosts.py), so the two groups may run at the same time. A test
+  under a lock (testbed/netns_hosts.py), so the two groups may run at the same time. A test
   of another feature on those hosts (the clusters panel's) lives in that directory: a session
   fixture imported into a second conftest.py is a second fixture, and made a second namespace of the
   same name in the same process (the first CI run of that layout: "File exists");

@@ -369,7 +369,7 @@ def _config(port: int, hub_port: int, proxy_api_port: int, root: Path, token: st
             names: list[str]) -> str:
     venv = HUB_VENV
     return f"""\
-# tests/_shared/hub.py: one JupyterHub for the hub tier
+# testbed/hub.py: one JupyterHub for the hub tier
 c = get_config()  # noqa
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {port}
@@ -476,7 +476,7 @@ class Watch:
 
 def record(name: str, value: Any) -> None:
     """Keep a measurement of the hub tier in artifacts/hub.json (read by the report, never asserted)."""
-    path = Path(__file__).resolve().parents[2] / "artifacts" / "hub.json"
+    path = Path(__file__).resolve().parents[1] / "artifacts" / "hub.json"
     path.parent.mkdir(exist_ok=True)
     try:
         found = json.loads(path.read_text())

@@ -20,7 +20,7 @@ from mwnotebook.config.worker_env import worker_envs
 from mwnotebook.engine.cell.diagnose import diagnose
 from mwnotebook.engine.cell.late_output import LateOutput
 from mwnotebook.engine.workers.bootstrap import RELEASE_CODE, setup_code
-from mwnotebook.engine.workers.connection import Worker
+from mwnotebook.engine.workers.worker import Worker
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers import Launcher, make_launcher
 from mwnotebook.launchers.capabilities import AbortsStart, Isolates, ReplacesNodes, ReportsJob

@@ -185,7 +185,7 @@ class TestNet:
 
 
 def _pick_subnet() -> int:
-    # Routes count as used too: a blackhole route (tests/_shared/slurm_cluster.py) left by a killed
+    # Routes count as used too: a blackhole route (testbed/slurm_cluster.py) left by a killed
     # run would make every connect to that subnet fail with EINVAL.
     used = _ip("-o", "-4", "addr", "show").stdout + _ip("-4", "route", "show").stdout
     start = os.getpid() % 200 + 20
@@ -198,7 +198,7 @@ def _pick_subnet() -> int:
 
 def _remove_stale_blackholes() -> None:
     """Blackhole routes to test addresses whose net is gone: a run killed while its nodes were made
-    unreachable (tests/_shared/slurm_cluster.py) never deleted them. A live net owns its subnet's
+    unreachable (testbed/slurm_cluster.py) never deleted them. A live net owns its subnet's
     address on the root veth, so a route without such an address is nobody's."""
     addresses = _ip("-o", "-4", "addr", "show").stdout
     for line in _ip("-4", "route", "show", "type", "blackhole", check=False).stdout.splitlines():

@@ -33,7 +33,7 @@ from .processes import end_processes, tree
 CHROMIUM = os.environ.get("MWNOTEBOOK_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 #: Where the browser tests put their screenshots and measurements.
 ARTIFACTS = REPO / "artifacts"
 

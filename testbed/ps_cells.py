@@ -67,6 +67,91 @@ STOCK_PS_FIT = PS_FIT.replace(
 assert STOCK_PS_FIT != PS_FIT
 
 
+#: The tutorial's custom loop: the coordinator schedules steps on per-worker datasets.
+LOOP = r'''
+import tensorflow as tf
+import mwnotebook.worker as mw
+strategy, coordinator = mw.ps_strategy(), mw.coordinator()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    loss_metric = tf.keras.metrics.Mean()
+def dataset_fn():
+    x = tf.random.stateless_normal((128, 4), seed=(3, 4))
+    y = tf.reduce_sum(x, axis=1, keepdims=True)
+    return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+@tf.function
+def per_worker_dataset_fn():
+    return strategy.distribute_datasets_from_function(lambda _ctx: dataset_fn())
+iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+@tf.function
+def step(it):
+    def replica_fn(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        loss_metric.update_state(loss)
+        return loss
+    x, y = next(it)
+    return strategy.run(replica_fn, args=(x, y))
+means = []
+for epoch in range(4):
+    loss_metric.reset_states()
+    for _ in range(20):
+        coordinator.schedule(step, args=(iterator,))
+    coordinator.join()
+    means.append(float(loss_metric.result()))
+    mw.report(step=epoch, loss=means[-1])
+print("loop", " ".join(f"{v:.4f}" for v in means))
+'''
+
+
+#: PS_FIT with the tutorial's BackupAndRestore: a rerun after a lost ps resumes from the last epoch backed up.
+#: Prints a checksum of the model's weights when training begins (after BackupAndRestore, listed
+#: first, restored them) and after every epoch (after the epoch's backup was written).
+WEIGHTS_PROBE = r'''
+class WeightsProbe(tf.keras.callbacks.Callback):
+    def _sum(self):
+        return sum(float(tf.reduce_sum(w)) for w in self.model.weights)
+    def on_train_begin(self, logs=None):
+        print(f"weights at start {self._sum():.6f}", flush=True)
+    def on_epoch_end(self, epoch, logs=None):
+        print(f"weights after epoch {epoch} {self._sum():.6f}", flush=True)
+'''
+BACKED_UP = PS_FIT.replace("history = model.fit", WEIGHTS_PROBE + "history = model.fit").replace(
+    "verbose=2)", "verbose=2,\n                    callbacks=[tf.keras.callbacks.BackupAndRestore(BACKUP), WeightsProbe()])") + \
+    'print("epochs", " ".join(str(e) for e in history.epoch))\n'
+
+
+#: An evaluator beside training: it evaluates each checkpoint the workers write (CKPT_DIR is replaced by the test).
+EVALUATOR_CELL = r'''
+import os, tensorflow as tf
+import mwnotebook.worker as mw
+CKPT = CKPT_DIR
+EPOCHS = 3
+def data(n):
+    x = tf.random.stateless_uniform((n, 8), seed=(1, 2))
+    y = tf.cast(tf.reduce_sum(x, axis=1, keepdims=True) > 4.0, tf.float32)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+def make_model():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(8,)),
+                                 tf.keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(tf.keras.optimizers.SGD(0.5), loss="binary_crossentropy", metrics=["accuracy"])
+    return model
+if mw.task_type() == "evaluator":
+    print("evaluator TF_CONFIG cluster", sorted(__import__("json").loads(os.environ["TF_CONFIG"])["cluster"]))
+    mw.sidecar_evaluate(make_model(), data(64), CKPT, max_evaluations=EPOCHS)
+    print("evaluated the last checkpoint")
+else:
+    strategy = mw.strategy()
+    with strategy.scope():
+        model = make_model()
+    cb = tf.keras.callbacks.ModelCheckpoint(os.path.join(CKPT, "ckpt-{epoch}"), save_weights_only=True)
+    model.fit(data(256).repeat(), epochs=EPOCHS, steps_per_epoch=8, callbacks=[cb], verbose=0)
+    print("trained", sorted(__import__("json").loads(os.environ["TF_CONFIG"])["cluster"]))
+'''
+
+
 def assert_fit_trains(values: list[float], epochs: int) -> None:
     """:data:`PS_FIT`'s epoch losses show training: one per epoch, the last below the first, and some
     epoch at least 10% below the first. Not "the last 10% below": worker servers apply gradients of

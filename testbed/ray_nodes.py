@@ -35,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from tests._shared.processes import end_processes, tree
+from testbed.processes import end_processes, tree
 
 RAY = str(Path(sys.executable).with_name("ray")) if Path(sys.executable).with_name("ray").exists() else "ray"
 #: Each node's fixed ports: base + 100 * node + offset (node 0 the head), the base the first of

@@ -1,5 +1,5 @@
 """A throwaway Slurm cluster for tests: munged, one slurmctld and one slurmd per network-namespace
-test host (``tests/_shared/netns_hosts.py``), so every node has its own address on the test bridge.
+test host (``testbed/netns_hosts.py``), so every node has its own address on the test bridge.
 
 Layout::
 
@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests._shared import netns_hosts
+from testbed import netns_hosts
 
 BINARIES = ("munged", "slurmctld", "slurmd", "salloc", "srun", "sinfo", "scancel", "scontrol", "squeue")
 
@@ -208,7 +208,7 @@ def start_and_kill_a_notebook(cluster: SlurmCluster, options: str) -> None:
         "print(' '.join(str(s.pid) for s in c.status()), flush=True)\n"
         "time.sleep(600)\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     notebook = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=root)
     try:
         pids = [int(p) for p in notebook.stdout.readline().split()]  # type: ignore[union-attr]

@@ -3,7 +3,7 @@ worker must print; a long all-reduce loop for tests that kill a worker or a host
 
 from pathlib import Path
 
-SEED_CELL = (Path(__file__).resolve().parents[1] / "data" / "seed_train.py").read_text(encoding="utf-8")
+SEED_CELL = (Path(__file__).resolve().parents[1] / "tests" / "data" / "seed_train.py").read_text(encoding="utf-8")
 
 
 def expected_line(worker: int) -> str:
