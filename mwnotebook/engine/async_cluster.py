@@ -4,7 +4,8 @@
 the cell kernels (:class:`~mwnotebook.engine.workers.worker_group.WorkerGroup`: launcher, addresses,
 environments, workers), the tasks that run no cell (:class:`~mwnotebook.engine.roles.task_roles.TaskRoles`:
 a ``--ps`` cluster's servers, the notebook as coordinator), each task's state
-(:class:`~mwnotebook.engine.cluster_state.TaskStates`) and the output that arrives late
+(:class:`~mwnotebook.engine.cluster_state.TaskStates`), where its start stands
+(:class:`~mwnotebook.engine.start_state.StartState`) and the output that arrives late
 (:class:`~mwnotebook.engine.cell.late_output.LateOutput`). One cell's run is
 :class:`~mwnotebook.engine.cell.run.CellRun`; its restarts, :func:`~mwnotebook.engine.cell.restarts.run_with_restarts`.
 
@@ -39,6 +40,7 @@ from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
 from mwnotebook.engine.roles import notebook_coordinator
 from mwnotebook.engine.roles.task_roles import TaskRoles
 from mwnotebook.engine.roles.task_servers import ParameterServerLost, TaskServers, not_back_line
+from mwnotebook.engine.start_state import StartState
 from mwnotebook.engine.usage import UsageReader, WorkerUsage
 from mwnotebook.engine.workers.worker import Worker
 from mwnotebook.engine.workers.worker_group import WorkerGroup
@@ -83,18 +85,14 @@ class AsyncCluster:
         self._usage = UsageReader()
         self._usage_while_running = UsageReader()
         self._roles = TaskRoles(run_spec, self._layout, self.late_output, self._running_cell_abort)
-        self._start_task: asyncio.Future[None] | None = None
+        #: The start under way, the restart after a failed cell, whether a start completed
+        #: (engine/start_state.py).
+        self._starts = StartState()
         self._abort: asyncio.Event | None = None
         self._running = False
         self._cell_code: str | None = None
         #: Where workers moved in a restart still under way (lines for its RunRestarted).
         self._moved: list[str] = []
-        #: The restart begun after a failed cell (:meth:`restart_in_background`), while it is under way
-        #: or failed unseen: if it fails, the next start begins afresh instead of raising its error.
-        self._background_restart: asyncio.Future[None] | None = None
-        #: Whether a start has completed since the launcher was made: a later start finding no
-        #: workers (a restart that failed, a kill) begins afresh with a new launcher (:meth:`_start`).
-        self._lived = False
 
     # -- what one can read ---------------------------------------------------------------------
 
@@ -151,29 +149,17 @@ class AsyncCluster:
         """
         if self.started:
             return
-        restart, self._background_restart = self._background_restart, None
-        if restart is not None:
-            try:
-                await asyncio.shield(restart)
-            except Exception as exc:  # no dead end: the next cell starts afresh
-                log.warning("the restart after the last failed cell did not bring the workers back (%s); "
-                            "starting a fresh cluster", exc)
-            if self._start_task is restart:
-                self._start_task = None
-            if self.started:
-                return
-        if self._start_task is None:
-            task = asyncio.ensure_future(self._start(on_event))
-            task.add_done_callback(self._start_finished)
-            self._start_task = task
-        await asyncio.shield(self._start_task)
+        await self._starts.after_background()  # a failed restart after a failed cell: start afresh
+        if self.started:
+            return
+        await self._starts.join(lambda: self._start(on_event))
 
     async def _start(self, on_event: EventSink | None) -> None:
         if self._notebook:
             refused = notebook_coordinator.refusal(self.spec.force)
             if refused is not None:
                 raise refused
-        if self._lived and self._group.launcher is not None:
+        if self._starts.lived and self._group.launcher is not None:
             await self._leave_the_last_life()
         try:
             await self._group.place()
@@ -182,14 +168,14 @@ class AsyncCluster:
                 self._roles.join_here(self._group.envs[0]["TF_CONFIG"], self._group.addresses)
                 self._states.set(0, "notebook")
                 log.info("%s", self.notebook_notice)
-                self._lived = True
+                self._starts.lived = True
                 return
             await self._group.start(self._states.sink(on_event or ignore_event))
         except BaseException:
             await self._roles.stop_servers()
             await self._group.close()
             raise
-        self._lived = True
+        self._starts.lived = True
 
     async def _leave_the_last_life(self) -> None:
         """Before a start that finds no cell kernels although the cluster ran (a ``--max-restarts``
@@ -202,18 +188,12 @@ class AsyncCluster:
         await self._group.end(lambda w: w.kill())
         await self._roles.stop_servers()
         await self._group.close()
-        self._lived = False
+        self._starts.lived = False
 
     async def _start_servers(self) -> None:
         launcher = self._group.launcher
         assert launcher is not None
         await self._roles.start_servers(launcher, self._group.addresses)
-
-    def _start_finished(self, task: asyncio.Future[None]) -> None:
-        if self._start_task is task:
-            self._start_task = None
-        if not task.cancelled():
-            task.exception()  # retrieved here so a failed background start is not logged as lost
 
     async def restart(self, on_event: EventSink | None = None) -> list[str]:
         """Replace every worker process with a fresh one (same TF_CONFIGs, unless tasks moved off a
@@ -250,9 +230,7 @@ class AsyncCluster:
         async def start_fresh() -> None:  # after the failed cell's output ended: nobody to tell
             await self._renew(self._states.sink(ignore_event), servers_too=True)
 
-        task = asyncio.ensure_future(start_fresh())
-        task.add_done_callback(self._start_finished)
-        self._start_task = self._background_restart = task
+        self._starts.begin_in_background(start_fresh())
 
     async def stop(self) -> None:
         """Shut every worker down (politely, then by force) and release ports and files."""
@@ -272,10 +250,7 @@ class AsyncCluster:
     async def _end_workers(self, kill: bool) -> None:
         """What stop and kill share: a start under way is awaited first (so no worker it makes is
         missed), then every worker is ended in parallel, then the servers."""
-        if self._start_task is not None:
-            await asyncio.gather(asyncio.shield(self._start_task), return_exceptions=True)
-        self._background_restart = None
-        self._lived = False
+        await self._starts.settle()
         await self._group.drop_release()
         await self._group.end((lambda w: w.kill()) if kill else (lambda w: w.shutdown()))
         await self._roles.stop_servers()
@@ -408,7 +383,7 @@ class AsyncCluster:
         """Wait for a start or restart under way and for the last cell's release; restart a
         cluster whose parameter server was lost between cells; start afresh a cluster whose workers
         are gone (a restart that could not bring them back: no dead end)."""
-        if not self._group.workers and (self._start_task is not None or self._lived):
+        if not self._group.workers and (self._starts.under_way or self._starts.lived):
             await self.start()
         await self._group.wait_for_release()
         if not self._group.workers:
