@@ -217,7 +217,7 @@ def test_several_workers_per_host_and_tf_address_override(ssh_home: netns_hosts.
             # The test sshd allows 2 sessions per connection (MaxSessions 2): the port holder,
             # the worker template and two kernels on h0 need a second connection there, and so do
             # the holder, template and kernel on h1.
-            assert sorted(len(c) for c in launcher._conns.values()) == [2, 2]
+            assert sorted(link.connections for link in launcher.links.values()) == [2, 2]
             assert len(launcher.templates) == 2
         finally:
             await launcher.close()

@@ -1,11 +1,11 @@
 """Worker kernels on remote hosts over SSH (asyncssh). Connections follow the user's SSH config
 as OpenSSH reads it (``ssh -G``; see ``ssh_connect.py``). No protocol code of our own.
 
-Per host, the launcher keeps SSH connections (one, plus another each time sshd's MaxSessions,
-10 by default, refuses a new session). Every remote process is the small agent of
-``processes/shipped/remote_agent.py``, started as ``exec PYTHON -u -c BOOTSTRAP``; its source, then its configuration
-(the signing key, TF_CONFIG and the rest of the worker environment) travel on the channel's stdin,
-never on a command line.
+Per host, the launcher holds one SSH link (``host_link.py``: its connections, another each time
+sshd's MaxSessions, 10 by default, refuses a new session; a restart's reconnect window). Every
+remote process is the small agent of ``processes/shipped/remote_agent.py``, started as
+``exec PYTHON -u -c BOOTSTRAP``; its source, then its configuration (the signing key, TF_CONFIG
+and the rest of the worker environment) travel on the channel's stdin, never on a command line.
 
 * Which host runs which task: worker ``i`` on the ``i``-th ``--hosts`` slot; with the spec's
   ``TaskPlacement`` (config/task_placement.py: a ``--ps`` cluster's coordinator, servers and the
@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -53,7 +52,7 @@ from mwnotebook.launchers.remote.kernel_handle import Listener
 from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, first_event, start_kernel
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates
 from mwnotebook.launchers.ssh.agent import SSHAgent
-from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, open_connection
+from mwnotebook.launchers.ssh.host_link import HostLink, LinkSettings
 from mwnotebook.launchers.ssh.kernel_handle import SSHKernelHandle
 
 if TYPE_CHECKING:
@@ -63,8 +62,6 @@ __all__ = ["DEFAULT_REQUIRE", "KEEPALIVE_COUNT_MAX", "KEEPALIVE_INTERVAL", "SSHK
 
 log = logging.getLogger(__name__)
 
-#: Upper bound on SSH connections to one host (each carries up to sshd's MaxSessions sessions).
-MAX_CONNECTIONS_PER_HOST = 16
 #: How long a restart waits for a host that was reachable before to answer again. Bounded: a
 #: stop (or the notebook's exit) waits for a restart under way.
 RECONNECT_WINDOW = 30.0
@@ -114,19 +111,12 @@ class SSHLauncher:
         #: ``--tf-address``: the address a host's tasks are reached at, keyed by every host that runs a
         #: task (a --place host too); a host not in it: the address it was reached at.
         self.tf_override = parse_tf_address(tf_address, list(self._host_specs.values()))
-        self._ssh_options = dict(ssh_options or {})
-        #: ``ssh -F FILE`` (default: $MWNOTEBOOK_SSH_CONFIG, else OpenSSH's own choice).
-        self.ssh_config = ssh_config
-        self.keepalive_interval = keepalive_interval
-        self.keepalive_count_max = keepalive_count_max
-        self._sessions: dict[asyncssh.SSHClientConnection, SSHConnection] = {}
-        self._reached: set[HostKey] = set()
-        self._closing = False
-        # Per host: its connections, newest last. A connection that refused a new session (sshd's
-        # MaxSessions, 10 by default) is "full"; later sessions go to a new connection.
-        self._conns: dict[HostKey, list[asyncssh.SSHClientConnection]] = {}
-        self._full: set[asyncssh.SSHClientConnection] = set()
-        self._conn_locks: dict[HostKey, asyncio.Lock] = {}
+        #: How every connection is made (``ssh -F FILE``: default $MWNOTEBOOK_SSH_CONFIG, else
+        #: OpenSSH's own choice; the keepalive).
+        self.link_settings = LinkSettings(connect_timeout, keepalive_interval, keepalive_count_max,
+                                          ssh_config, dict(ssh_options or {}))
+        #: Per host: its SSH link (connections, MaxSessions fall-over, reconnect window).
+        self.links: dict[HostKey, HostLink] = {}
         self._holders: list[SSHAgent] = []
         self._spares: dict[int, tuple[asyncssh.SSHClientConnection, SSHAgent]] = {}
         self._handles: list[SSHKernelHandle] = []
@@ -155,47 +145,17 @@ class SSHLauncher:
 
     # -- connections ---------------------------------------------------------------------------
 
-    async def _connect(self, spec: HostSpec) -> asyncssh.SSHClientConnection:
-        """A live connection to ``spec``'s host with room for another session."""
-        lock = self._conn_locks.setdefault(spec.key, asyncio.Lock())
-        async with lock:
-            for conn in reversed(self._conns.get(spec.key, [])):
-                if conn not in self._full and not conn.is_closed():
-                    return conn
-            # A host reached before (a restart after its network failed) gets RECONNECT_WINDOW s
-            # to come back; a new host fails at the first refusal or silence.
-            deadline = time.monotonic() + (RECONNECT_WINDOW if spec.key in self._reached else 0)
-            while True:
-                try:
-                    session = await open_connection(
-                        spec, connect_timeout=self.connect_timeout,
-                        keepalive_interval=self.keepalive_interval,
-                        keepalive_count_max=self.keepalive_count_max, ssh_config=self.ssh_config,
-                        extra_options=self._ssh_options)
-                    break
-                except SSHConnectError as exc:
-                    if not exc.transient or self._closing or time.monotonic() > deadline:
-                        raise ClusterStartError(f"{spec.target}: {exc}", host=spec.target) from None
-                    log.info("%s: %s; trying again until it is back", spec.target, exc)
-                    await asyncio.sleep(1)
-            self._reached.add(spec.key)
-            log.debug("connected to %s (%s)", spec.target, session.target.source)
-            self._sessions[session.conn] = session
-            self._conns.setdefault(spec.key, []).append(session.conn)
-            return session.conn
+    def _link(self, spec: HostSpec) -> HostLink:
+        """``spec``'s host's link; a host reached before gets RECONNECT_WINDOW s to come back (a
+        restart after its network failed)."""
+        link = self.links.get(spec.key)
+        if link is None:
+            link = self.links[spec.key] = HostLink(spec, self.link_settings, reconnect_window=RECONNECT_WINDOW)
+        return link
 
     async def _run_agent(self, spec: HostSpec) -> tuple[asyncssh.SSHClientConnection, SSHAgent]:
         """Start the agent on ``spec``'s host, on a new connection if the current one is full."""
-        for _ in range(MAX_CONNECTIONS_PER_HOST):
-            conn = await self._connect(spec)
-            try:
-                return conn, await SSHAgent.start(conn, spec.target, self.python)
-            except asyncssh.ChannelOpenError as exc:
-                log.debug("%s refused another session (%s); opening another connection",
-                          spec.target, exc.reason)
-                self._full.add(conn)
-        raise ClusterStartError(f"{spec.target}: the SSH server refused more sessions "
-                                f"(after {MAX_CONNECTIONS_PER_HOST} connections)", host=spec.target)
+        return await self._link(spec).session(lambda conn: SSHAgent.start(conn, spec.target, self.python))
 
     # -- TensorFlow addresses ------------------------------------------------------------------
 
@@ -298,10 +258,11 @@ class SSHLauncher:
             if spare is not None:
                 await spare[1].close()
             conn, agent = await self._run_agent(spec)
+        link = self._link(spec)
+
         async def forward(port: int) -> tuple[str, int, Listener | None]:
             # the kernel binds 127.0.0.1 on its host: reached through a local forward on ours
-            listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
-            return "127.0.0.1", listener.get_port(), listener
+            return await link.forward("127.0.0.1", port, via=conn)
 
         try:
             started = await start_kernel(
@@ -312,7 +273,7 @@ class SSHLauncher:
             raise ClusterStartError(f"{spec.target}: the SSH connection failed while the kernel "
                                     f"started ({exc})", host=spec.target) from exc
         handle = SSHKernelHandle(index, spec, agent, started.pid, started.listeners, started.info, conn,
-                                 self.keepalive_interval * (self.keepalive_count_max + 1))
+                                 self.link_settings.keepalive_seconds)
         handle.remote_dir = started.remote_dir
         self._handles = [h for h in self._handles if not h.ended] + [handle]
         log.info("worker %d: kernel pid %s on %s", index, handle.pid, spec.target)
@@ -336,13 +297,9 @@ class SSHLauncher:
     async def close(self) -> None:
         """Kill every kernel this launcher started, release the ports, end the templates, close the
         connections."""
-        self._closing = True
         handles, self._handles = self._handles, []
         await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
         await self._release_ports()
         await self._templates.close()
-        sessions = list(self._sessions.values())
-        self._conns, self._full, self._sessions = {}, set(), {}
-        for session in sessions:
-            session.close()
-        await asyncio.gather(*(s.wait_closed() for s in sessions), return_exceptions=True)
+        links, self.links = list(self.links.values()), {}
+        await asyncio.gather(*(link.close() for link in links), return_exceptions=True)
