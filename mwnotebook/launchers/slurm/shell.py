@@ -3,8 +3,9 @@ node is reached from the notebook:
 
 * :class:`LocalSlurm`: on this machine, which is on the cluster's network (a login node, a JupyterHub
   or Open OnDemand session, inside an allocation): kernels are reached at their node's address.
-* :class:`LoginSlurm` (``--slurm-login HOST``): on a login node over one SSH connection (asyncssh, the
-  user's SSH config as for ``--hosts``, ProxyJump included). The notebook (a laptop, a workstation)
+* :class:`LoginSlurm` (``--slurm-login HOST``): on a login node over one SSH host link
+  (``launchers/ssh/host_link.py``: the user's SSH config as for ``--hosts``, ProxyJump included; another
+  connection when sshd's MaxSessions refuses a session, a new one after a loss). The notebook (a laptop, a workstation)
   reaches the login node but not the compute nodes: each command is an SSH session, an srun's
   stdin/stdout (the agent's JSON-lines channel) is that session's, and each kernel port is an SSH
   local forward through the login node to the node's address.
@@ -26,15 +27,12 @@ import asyncssh
 
 from mwnotebook.config.hosts import parse_host
 from mwnotebook.errors import ClusterStartError
-from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, KEEPALIVE_SECONDS
-from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, loss_reason, open_connection
+from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL
+from mwnotebook.launchers.ssh.host_link import HostLink, LinkSettings
 
 __all__ = ["LocalSlurm", "LoginSlurm", "SlurmProcess", "SlurmShell"]
 
 log = logging.getLogger(__name__)
-
-#: Connections to the login node before refused sessions are tried again on the full ones.
-MAX_CONNECTIONS = 8
 
 
 class _Reader(Protocol):
@@ -150,81 +148,35 @@ class LocalSlurm(SlurmShell):
 class LoginSlurm(SlurmShell):
     """Slurm commands on a login node over SSH; node ports forwarded through it.
 
-    Every command is one SSH session; sshd allows MaxSessions (10 by default) per connection, so
-    when a connection refuses another session the next one opens (as ``ssh.py`` does per host).
-    Port forwards are not sessions: they go through the first connection."""
+    Every command is one SSH session on the login node's link (``launchers/ssh/host_link.py``: a
+    refused session, sshd's MaxSessions, goes to another connection; a lost connection is replaced
+    by the next command, with no reconnect window: a status query must not wait for a dead network).
+    Port forwards are not sessions."""
 
     pings = True
 
     def __init__(self, login: str, ssh_config: str | None = None, connect_timeout: float = 10.0) -> None:
         self.login = parse_host(login)
         self.where = f"the login node {self.login.target}"
-        self.ssh_config = ssh_config
-        self.connect_timeout = connect_timeout
-        self._sessions: list[SSHConnection] = []
-        self._full: set[asyncssh.SSHClientConnection] = set()
-        self._connecting = asyncio.Lock()
-        self._closed = False
-        self._lost = ""
-
-    async def connection(self) -> asyncssh.SSHClientConnection:
-        """An SSH connection to the login node with room for a session; a new one when every one is
-        full, or when they were lost (a restart after the network came back)."""
-        async with self._connecting:
-            if self._closed:
-                raise ClusterStartError(f"{self.login.target}: the cluster is stopping")
-            for session in [s for s in self._sessions if s.conn.is_closed()]:
-                self._lost = self._lost or loss_reason(session.conn, KEEPALIVE_SECONDS)
-                log.warning("the SSH connection to %s was lost (%s)", self.login.target, self._lost or "closed")
-                self._sessions.remove(session)
-                self._full.discard(session.conn)
-            if len(self._full) >= MAX_CONNECTIONS:
-                self._full.clear()  # sessions on them have ended since; try them again
-            for session in self._sessions:
-                if session.conn not in self._full:
-                    return session.conn
-            try:
-                session = await open_connection(
-                    self.login, connect_timeout=self.connect_timeout, keepalive_interval=KEEPALIVE_INTERVAL,
-                    keepalive_count_max=KEEPALIVE_COUNT_MAX, ssh_config=self.ssh_config)
-            except SSHConnectError as exc:
-                raise ClusterStartError(f"--slurm-login {self.login.target}: {exc}",
-                                        host=self.login.target) from None
-            self._sessions.append(session)
-            return session.conn
+        self.link = HostLink(self.login, LinkSettings(connect_timeout, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT_MAX,
+                                                      ssh_config), name=f"--slurm-login {self.login.target}")
 
     async def spawn(self, argv: Sequence[str]) -> SlurmProcess:
-        for _ in range(2 * MAX_CONNECTIONS):
-            conn = await self.connection()
-            try:
-                process = await conn.create_process(shlex.join(argv), encoding=None)
-            except asyncssh.ChannelOpenError:
-                self._full.add(conn)  # MaxSessions reached on this one
-                continue
-            except (asyncssh.Error, OSError) as exc:
-                raise ClusterStartError(f"{self.where}: could not run {argv[0]} ({exc})",
-                                        host=self.login.target) from None
-            return SlurmProcess(process, remote=True)
-        raise ClusterStartError(f"{self.where} refused more SSH sessions", host=self.login.target)
+        async def run(conn: asyncssh.SSHClientConnection) -> asyncssh.SSHClientProcess[bytes]:
+            return await conn.create_process(shlex.join(argv), encoding=None)
+
+        try:
+            _, process = await self.link.session(run)
+        except (asyncssh.Error, OSError) as exc:
+            raise ClusterStartError(f"{self.where}: could not run {argv[0]} ({exc})",
+                                    host=self.login.target) from None
+        return SlurmProcess(process, remote=True)
 
     async def forward(self, address: str, port: int) -> tuple[str, int, asyncssh.SSHListener | None]:
-        await self.connection()
-        conn = self._sessions[0].conn
-        try:
-            listener = await conn.forward_local_port("127.0.0.1", 0, address, port)
-        except (asyncssh.Error, OSError) as exc:
-            raise ClusterStartError(f"{self.where}: could not forward a port to {address}:{port} ({exc})",
-                                    host=self.login.target) from None
-        return "127.0.0.1", listener.get_port(), listener
+        return await self.link.forward(address, port)
 
     def lost(self) -> str:
-        reasons = [loss_reason(s.conn, KEEPALIVE_SECONDS) for s in self._sessions if s.conn.is_closed()]
-        return next((r for r in reasons if r), self._lost)
+        return self.link.lost()
 
     async def close(self) -> None:
-        async with self._connecting:
-            self._closed = True
-            sessions, self._sessions = self._sessions, []
-        for session in sessions:
-            session.close()
-        await asyncio.gather(*(s.wait_closed() for s in sessions), return_exceptions=True)
+        await self.link.close()
