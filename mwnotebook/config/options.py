@@ -9,9 +9,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from mwnotebook.config.spec import COLLECTIVES, MAX_WORKERS, MIXED_PRECISION, NETWORK_MODES, ClusterSpec
+from mwnotebook.config.spec import MAX_WORKERS, MIXED_PRECISION, NETWORK_MODES, ClusterSpec
 from mwnotebook.config.task_placement import parse_place
 from mwnotebook.errors import ConfigError
+from mwnotebook.shared.collectives import COLLECTIVES
 
 
 def whole_number(text: str, *, minimum: int = 1, maximum: int | None = None, name: str = "value") -> int:
@@ -176,6 +177,19 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also log the run as one MLflow run (all workers) to $MLFLOW_TRACKING_URI, in "
                              "EXPERIMENT (default: MLflow's active or default experiment); needs mlflow "
                              "(pip install 'mwnotebook[mlflow]')")
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--profile DIR`` and ``--profile-steps A:B``: TensorFlow's profiler on every worker over the same
+    steps (mwnotebook/experiments/profile.py; ``%mwprofile`` sets them for the next cells)."""
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="trace every worker with TensorFlow's profiler over the same steps (--profile-steps) "
+                             "into DIR/plugins/profile/RUN/<task>.xplane.pb (tensorboard --logdir DIR, Profile "
+                             "tab: one host per worker) and end the cell with each worker's step split into "
+                             "input, compute and collective")
+    parser.add_argument("--profile-steps", default=None, metavar="A:B",
+                        help="with --profile: the steps traced, A to B both included, counted from 1 (fit's "
+                             "batches or mw.report calls; default 6:10, after the warm-up)")
 
 
 def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ClusterSpec:

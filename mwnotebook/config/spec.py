@@ -15,6 +15,7 @@ from mwnotebook.config.role_checks import check_roles
 from mwnotebook.config.roles import RoleLayout
 from mwnotebook.config.task_placement import PLACE_ROLES, TaskPlacement, check_place, place_tasks
 from mwnotebook.errors import ConfigError
+from mwnotebook.shared.collectives import COLLECTIVES
 
 #: More local workers than this is almost certainly a typo (each one is a full TensorFlow process).
 MAX_WORKERS = 64
@@ -22,7 +23,6 @@ MAX_WORKERS = 64
 #: Variables mwnotebook sets itself for every worker; ``--env`` may not override them.
 RESERVED_ENV = ("TF_CONFIG", "MWNOTEBOOK_WORKER_INDEX", "MWNOTEBOOK_NUM_WORKERS")
 
-COLLECTIVES = ("auto", "ring", "nccl")
 #: Where local workers' TensorFlow ports live: a private network namespace, the host's network, or
 #: the namespace when this machine allows one and the host otherwise.
 NETWORK_MODES = ("auto", "private", "host")
@@ -34,7 +34,9 @@ COORDINATORS = ("kernel", "notebook")
 #: Which engine runs a cluster's kernels (:attr:`ClusterSpec.backend`).
 Backend = Literal["local", "ssh", "slurm", "ray"]
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: An environment variable's name as a shell assigns it: ``--env``'s names (here) and an export's
+#: launchers (export/scripts.py) are checked with it.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def check_max_restarts(value: object, name: str = "--max-restarts") -> int:
@@ -145,7 +147,7 @@ class ClusterSpec:
                 f"workers must be between 1 and {MAX_WORKERS}, got {self.workers}: "
                 "each worker is a separate TensorFlow process")
         for key, value in self.env.items():
-            if not isinstance(key, str) or not _ENV_NAME.match(key):
+            if not isinstance(key, str) or not ENV_NAME.match(key):
                 raise ConfigError(f"--env name {key!r} is not a valid environment variable name")
             if not isinstance(value, str):
                 raise ConfigError(f"--env {key} must be a string, got {type(value).__name__}")

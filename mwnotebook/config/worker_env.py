@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 from mwnotebook.config.devices import NO_GPU, visible_devices_per_worker
 from mwnotebook.config.roles import Task
 from mwnotebook.errors import ConfigError
+from mwnotebook.shared.collectives import COLLECTIVE_ENV
 
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
@@ -127,7 +128,7 @@ def task_envs(spec: ClusterSpec, addresses: Sequence[str], *, environ: Mapping[s
     if spec.use_legacy_keras:
         common["TF_USE_LEGACY_KERAS"] = "1"
     if spec.collective != "auto":  # mw.strategy()'s default
-        common["MWNOTEBOOK_COLLECTIVE"] = spec.collective
+        common[COLLECTIVE_ENV] = spec.collective
     if layout.parameter_server:
         common["GRPC_FAIL_FAST"] = "use_caller"
     everyone = [*tasks, Task("evaluator", 0)] if layout.evaluator else list(tasks)

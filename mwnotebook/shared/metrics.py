@@ -135,6 +135,21 @@ def step_columns(records: Sequence[Mapping[str, Any]]) -> Columns:
     return columns
 
 
+def epoch_points(record: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    """An epoch summary's measured values as ``(key, x, y)``, x = the epoch's number from 1 (Keras
+    counts from 0); none when the record names no epoch. The one reading of an epoch summary: the
+    store's (:class:`MetricsStore`) and the live chart's (frontend/chart/feed.py)."""
+    epoch = as_float(record.get("epoch"))
+    if epoch is None:
+        return []
+    points = []
+    for key, value in record.items():
+        y = as_float(value)
+        if key not in META_KEYS and y is not None:
+            points.append((key, epoch + 1, y))
+    return points
+
+
 class _Series:
     """Append-only x/y columns; growth is amortised O(1) (numpy buffer doubling)."""
 
@@ -292,20 +307,14 @@ class MetricsStore:
         return rows, columns
 
     def _add_epoch(self, worker: int, record: Mapping[str, Any]) -> None:
-        """Epoch summaries, x = the epoch's number from 1 (Keras counts from 0)."""
-        epoch = as_float(record.get("epoch"))
-        if epoch is None:
-            return
-        for key, value in record.items():
-            y = as_float(value)
-            if key in META_KEYS or y is None:
-                continue
+        """An epoch summary's values (:func:`epoch_points`); a global one from its first worker only."""
+        for key, x, y in epoch_points(record):
             if key.startswith(GLOBAL_PREFIX):
                 source = self._global_source.setdefault("epoch:" + key, worker)
                 if worker == source:
-                    self._epoch.setdefault((-1, key), _Series()).append(epoch + 1, y)
+                    self._epoch.setdefault((-1, key), _Series()).append(x, y)
             else:
-                self._epoch.setdefault((worker, key), _Series()).append(epoch + 1, y)
+                self._epoch.setdefault((worker, key), _Series()).append(x, y)
 
     def epoch_metric_names(self) -> list[str]:
         """Metric names (local and ``global_*``) seen in epoch summaries."""

@@ -25,13 +25,11 @@ from typing import Any
 
 from mwnotebook.errors import ConfigError
 from mwnotebook.recipes import global_batch_size
+from mwnotebook.shared.collectives import COLLECTIVE_ENV, COLLECTIVES
 from mwnotebook.worker._roles import cluster_workers
 
 log = logging.getLogger(__name__)
 
-#: Environment variable that ``%%mwtrain --collective`` sets in each worker.
-COLLECTIVE_ENV = "MWNOTEBOOK_COLLECTIVE"
-COLLECTIVES = ("auto", "ring", "nccl")
 
 _lock = threading.Lock()
 _strategy: Any = None

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mwnotebook.shared.metrics import GLOBAL_PREFIX, META_KEYS, Columns, as_float, step_columns
+from mwnotebook.shared.metrics import GLOBAL_PREFIX, Columns, as_float, epoch_points, step_columns
 
 #: Float32 values (x and y) of all lines together in one update, about 0.8 kB (the frame around it,
 #: Jupyter's message header and the JSON, is about as much again).
@@ -160,17 +160,10 @@ class LiveFeed:
             self._points(worker, key, "step", kind, xs, ys)
         for record in rows:
             if record.get("kind") == "epoch":
-                self._add_epoch(worker, record)
-
-    def _add_epoch(self, worker: int, record: Mapping[str, Any]) -> None:
-        epoch = as_float(record.get("epoch"))
-        if epoch is None:
-            return
-        for key, value in record.items():
-            metric = key[len(GLOBAL_PREFIX):] if key.startswith(GLOBAL_PREFIX) else key
-            y = as_float(value)
-            if key not in META_KEYS and y is not None and (metric, "step") not in self.panels:
-                self._points(worker, key, "epoch", "epoch", [epoch + 1], [y])  # not shown by a step panel
+                for key, x, y in epoch_points(record):  # the store reads epoch summaries the same way
+                    metric = key[len(GLOBAL_PREFIX):] if key.startswith(GLOBAL_PREFIX) else key
+                    if (metric, "step") not in self.panels:  # not shown by a step panel
+                        self._points(worker, key, "epoch", "epoch", [x], [y])
 
     def _points(self, worker: int, key: str, axis: str, kind: str, xs: list[float], ys: list[float]) -> None:
         if key.startswith(GLOBAL_PREFIX):
