@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from mwnotebook.engine.loop import background_loop
+from mwnotebook.launchers.ray.node_templates import notebook_templates
 from testbed import ray_nodes
 
 
@@ -31,10 +33,18 @@ def ray_cluster() -> Iterator[ray_nodes.RayTestCluster]:
         cluster.destroy()
 
 
+def end_kept_templates() -> None:
+    """End the node templates this process kept after its clusters stopped
+    (launchers/ray/node_templates.py), and the Ray connection kept with them: each test starts as a
+    fresh notebook would."""
+    background_loop().run(notebook_templates().close(), timeout=60)
+
+
 @pytest.fixture
 def ray_env(ray_cluster: ray_nodes.RayTestCluster) -> Iterator[ray_nodes.RayTestCluster]:
     """The cluster with every worker node up (a node an earlier test killed is started again, under
-    a new node id, and the GCS has given up the killed one), and afterwards the check that no relay actor of ours is left on it."""
+    a new node id, and the GCS has given up the killed one), and afterwards, once the node templates
+    kept by this process are ended, the check that no relay actor of ours is left on it."""
     restarted = False
     for node in ray_cluster.workers:
         if not ray_cluster.node_alive(node):
@@ -43,6 +53,7 @@ def ray_env(ray_cluster: ray_nodes.RayTestCluster) -> Iterator[ray_nodes.RayTest
     if restarted:
         print(f"Ray test cluster settled after a node's restart: {ray_cluster.wait_settled()}")
     yield ray_cluster
+    end_kept_templates()
     deadline = time.monotonic() + 30
     while ray_cluster.actor_pids() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -13,6 +13,7 @@ import pytest
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.ray import launcher as ray_launcher
 from mwnotebook.launchers.ray.node_relay import NodeRelay
+from mwnotebook.launchers.ray.node_templates import NodeTemplates
 from mwnotebook.launchers.ray.session import Placement
 
 
@@ -67,8 +68,9 @@ def test_gpus_the_cluster_lacks_fail_before_anything_is_placed() -> None:
     Placement(FakeSession(FakeRay([{"CPU": 4, "GPU": 2}] * 2)), 2, 1, 2, "STRICT_SPREAD")._check_feasible()  # type: ignore[arg-type]  # noqa: SLF001
 
 
-def make_launcher(gpus: int | None, wheres: list[dict[str, Any]]) -> ray_launcher.RayLauncher:
-    launcher = ray_launcher.RayLauncher("127.0.0.1:1", workers=len(wheres), gpus_per_worker=gpus)
+def make_launcher(gpus: int | None, wheres: list[dict[str, Any]],
+                  kept: NodeTemplates | None = None) -> ray_launcher.RayLauncher:
+    launcher = ray_launcher.RayLauncher("127.0.0.1:1", workers=len(wheres), gpus_per_worker=gpus, kept=kept)
     launcher._relays = [ray_launcher._Relay(object(), w, str(w["ip"])) for w in wheres]  # noqa: SLF001
     return launcher
 
@@ -115,21 +117,23 @@ def test_workers_with_other_gpus_on_one_node_share_its_template(monkeypatch: pyt
               {"ip": "10.0.0.2", "pid": 21, "gpus": "0"}]
 
     async def check() -> None:
-        launcher = make_launcher(1, wheres)
+        launcher = make_launcher(1, wheres, kept=NodeTemplates())
         launcher.use_template = True
-        started: list[int] = []
+        launcher._placement = Placement(launcher.session, 3, 1, 1, "SPREAD")  # noqa: SLF001
+        launcher._placement.node_ids = ["node-a", "node-a", "node-b"]  # noqa: SLF001
+        started: list[str] = []
 
-        async def agent(index: int) -> object:
-            started.append(index)
+        async def relay(session: object, node_id: str, node_ip: str, python: str | None) -> object:
+            started.append(node_id)
             raise ConnectionError("no relay here (a test)")
 
-        monkeypatch.setattr(launcher, "_agent", agent)
+        monkeypatch.setattr(launcher._kept, "_start_relay", relay)  # noqa: SLF001
         templates = [launcher._template(i, launcher._kernel_env(i, {})) for i in range(3)]  # noqa: SLF001
         assert templates[0] is templates[1] and templates[2] is not templates[0]
         assert [t.place for t in launcher.templates if t is not None] == ["10.0.0.1", "10.0.0.2"]
         await asyncio.sleep(0.05)
-        assert sorted(started) == [0, 2]  # through the relay of each node's first bundle
-        await launcher._templates.close()  # noqa: SLF001
+        assert started == ["node-a", "node-b"]  # one template relay per node
+        await launcher._kept.close()  # noqa: SLF001
 
     asyncio.run(check())
 

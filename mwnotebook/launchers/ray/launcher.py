@@ -17,10 +17,11 @@ closed with the cluster.
 
 Worker templates: one per node and start-up environment, through the same code as SSH hosts and
 Slurm nodes (``launchers/remote/template_pool.py``): the remote agent in its ``template`` role, started
-through the relay of the first bundle on that node, imports TensorFlow once (all nodes in parallel,
-while the ports are reserved), and every worker's agent on that node forks its kernel from it. A
-worker restarted after it was lost is a fork too; the template lives until the cluster stops. Its
-memory (``config/class_caps.py`` ``MEASURED.template``, about 0.45 GB) is a per-node overhead outside
+through a relay of its own on that node (``node_templates.py``), imports TensorFlow once (all nodes in
+parallel, while the ports are reserved), and every worker's agent on that node forks its kernel from
+it. A worker restarted after it was lost is a fork too, and so are a later cluster's workers: the
+templates are kept for the notebook's process (ended with it, SIGKILL included; ``--ray-ssh``: with
+the cluster). Its memory (``config/class_caps.py`` ``MEASURED.template``, about 0.45 GB) is a per-node overhead outside
 the bundles' Ray resources, as Ray's own per-node processes are (docs/guide/ray.md).
 
 Lifecycle: :meth:`RayLauncher.close` (cluster stop, a failed start) closes the agents' connections
@@ -49,13 +50,14 @@ from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.ray import node_relay
 from mwnotebook.launchers.ray.channel import RelayAgent
+from mwnotebook.launchers.ray.node_templates import NodeTemplates, notebook_templates
 from mwnotebook.launchers.ray.session import Placement, RaySession, head_endpoint
 from mwnotebook.launchers.ray.ssh_jump import JumpHost
 from mwnotebook.launchers.remote.agent_channel import BOOTSTRAP, DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
 from mwnotebook.launchers.remote.kernel_handle import Listener, RemoteKernelHandle
 from mwnotebook.launchers.remote.kernel_start import first_event, start_kernel
-from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates
+from mwnotebook.launchers.remote.template_pool import RemoteTemplate
 
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
@@ -111,7 +113,7 @@ class RayLauncher:
                  gpus_per_worker: int | None = None, strategy: str = "SPREAD", python: str | None = None,
                  require: Sequence[str] = DEFAULT_REQUIRE, startup_timeout: float = 60.0,
                  cwd: str | None = None, ray_ssh: str | None = None, template: bool = True,
-                 startup_env: Mapping[str, str] | None = None) -> None:
+                 startup_env: Mapping[str, str] | None = None, kept: NodeTemplates | None = None) -> None:
         self.address = address
         self.workers = workers
         self.cpus = cpus_per_worker or DEFAULT_CPUS_PER_WORKER
@@ -135,7 +137,11 @@ class RayLauncher:
         #: environment all workers share) lets tf_addresses start them before the workers' turn.
         self.use_template = template and not templates_disabled()
         self._startup_env = dict(startup_env) if startup_env is not None else None
-        self._templates = RemoteTemplates(self.python or "", self.require, self.cwd)
+        #: Where the node templates are kept: for the notebook's process, unless given (``--ray-ssh``:
+        #: a private instance, ended with the cluster, as its SSH connection is).
+        self._private_templates = kept is not None or self.jump is not None
+        self._kept = kept if kept is not None else NodeTemplates() if self.jump is not None else notebook_templates()
+        self._used: list[RemoteTemplate] = []
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> RayLauncher:
@@ -168,6 +174,7 @@ class RayLauncher:
             self._aborted = False
             if self.jump is not None:
                 await self._through_ssh()
+            await self._kept.use(self.session.resolved, self.session)
             await self.session.connect(self.startup_timeout)
             placement = Placement(self.session, self.workers, self.cpus, self.gpus, self.strategy)
             self._placement = placement
@@ -352,20 +359,20 @@ class RayLauncher:
         return handle
 
     def _template(self, index: int, env: Mapping[str, str]) -> RemoteTemplate | None:
-        """The worker template for ``env`` on worker ``index``'s node (started now if new, through the
-        relay of the node's first bundle); None when off. A relay replaced after its node was lost has
-        another pid, so its node gets a new template."""
-        if not self.use_template or not self._relays:
+        """The worker template for ``env`` on worker ``index``'s node (kept from an earlier cluster,
+        or started now: ``node_templates.py``); None when off."""
+        if not self.use_template or not self._relays or self._placement is None:
             return None
-        node_ip = self._relays[index].node_ip
-        first = next(i for i, r in enumerate(self._relays) if r.node_ip == node_ip)
-        relay_pid = self._relays[first].where.get("pid")
-        return self._templates.get((node_ip, relay_pid), node_ip, env, lambda: self._agent(first))
+        template = self._kept.template(self.session, self._placement.node_ids[index], self._relays[index].node_ip,
+                                       env, python=self.python, require=self.require, cwd=self.cwd)
+        if template not in self._used:
+            self._used.append(template)
+        return template
 
     @property
     def templates(self) -> list[RemoteTemplate]:
-        """The worker templates of this launcher (one per node and start-up environment)."""
-        return self._templates.templates()
+        """The worker templates this launcher's workers fork from (one per node and start-up environment)."""
+        return list(self._used)
 
     async def _release_ports(self) -> None:
         holders, self._holders = self._holders, []
@@ -376,7 +383,9 @@ class RayLauncher:
         handles, self._handles = self._handles, []
         await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
         await self._release_ports()
-        await self._templates.close()
+        self._used = []
+        if self._private_templates:
+            await self._kept.close()
         relays, self._relays = self._relays, []
         ray = self.session.ray
         if relays and self.session.connected():
@@ -390,7 +399,8 @@ class RayLauncher:
         placement, self._placement = self._placement, None
         if placement is not None:
             await placement.remove()
-        await self.session.close()
+        if self._private_templates or not self._kept.keep(self.session):
+            await self.session.close()  # else Ray's connection stays with the kept templates
         jump = self.jump
         if jump is not None:
             self.jump = JumpHost(jump.spec)  # a later start connects afresh; a start still running sees "stopping"

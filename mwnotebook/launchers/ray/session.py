@@ -256,6 +256,11 @@ class RaySession:
         # reconnect (30 s), and each call made meanwhile blocks its thread, the engine's loop too.
         return bool(self.ray.is_initialized()) and not self._link_lost()
 
+    @property
+    def owns_connection(self) -> bool:
+        """This session's ``ray.init`` made Ray's connection (:meth:`close` ends it)."""
+        return self._ours
+
     def wrap(self, ref: Any) -> asyncio.Future[Any]:
         """A Ray ObjectRef as a future of the running loop."""
         return asyncio.wrap_future(ref.future())
@@ -290,8 +295,9 @@ class Placement:
             self.bundle["GPU"] = float(gpus)
         self.strategy = strategy
         self.group: Any = None
-        #: The address of the node that holds each bundle, in bundle order.
+        #: The address and the Ray node id of the node that holds each bundle, in bundle order.
         self.node_ips: list[str] = []
+        self.node_ids: list[str] = []
 
     def _what(self) -> str:
         return f"{self.count} bundles of {_fmt(self.bundle)} ({self.strategy})"
@@ -335,22 +341,24 @@ class Placement:
                         "--workers or --cpus-per-worker, or raise --timeout")
                 await asyncio.wait({ready}, timeout=PLACEMENT_POLL_SECONDS)
             ready.result()
-            self.node_ips = await asyncio.to_thread(self._node_ips)
+            self.node_ids, self.node_ips = await asyncio.to_thread(self._nodes)
         except BaseException:
             ready.cancel()
             await self.remove()
             raise
 
-    def _node_ips(self) -> list[str]:
+    def _nodes(self) -> tuple[list[str], list[str]]:
+        """The node id and address of each bundle's node."""
         from ray.util import placement_group_table
 
         ray = self.session.ray
         table = placement_group_table(self.group)
         by_id = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
-        return [by_id[table["bundles_to_node_id"][i]] for i in range(self.count)]
+        ids = [table["bundles_to_node_id"][i] for i in range(self.count)]
+        return ids, [by_id[i] for i in ids]
 
-    def _placed_on_live_nodes(self) -> list[str] | None:
-        """The bundles' node addresses once the group is placed again on live nodes; None before."""
+    def _placed_on_live_nodes(self) -> tuple[list[str], list[str]] | None:
+        """The bundles' node ids and addresses once the group is placed again on live nodes; None before."""
         from ray.util import placement_group_table
 
         ray = self.session.ray
@@ -359,17 +367,18 @@ class Placement:
         nodes = table.get("bundles_to_node_id", {})
         if table.get("state") != "CREATED" or any(nodes.get(i) not in alive for i in range(self.count)):
             return None
-        return [alive[nodes[i]] for i in range(self.count)]
+        ids = [nodes[i] for i in range(self.count)]
+        return ids, [alive[i] for i in ids]
 
     async def replaced(self, timeout: float) -> list[str] | None:
         """After a node was lost: wait (bounded) until Ray has placed the group's bundles again on
         live nodes (it does so by itself where resources allow); their addresses, or None."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            ips = await asyncio.to_thread(self._placed_on_live_nodes)
-            if ips is not None:
-                self.node_ips = ips
-                return ips
+            placed = await asyncio.to_thread(self._placed_on_live_nodes)
+            if placed is not None:
+                self.node_ids, self.node_ips = placed
+                return self.node_ips
             await asyncio.sleep(PLACEMENT_POLL_SECONDS)
         return None
 
