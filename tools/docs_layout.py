@@ -18,6 +18,7 @@ PACKAGE = ROOT / "mwnotebook"
 #: Which process runs each package's code (a package not named here stops the page's generation).
 RUNS_IN: dict[str, str] = {
     "mwnotebook/config": "anywhere (pure)",
+    "mwnotebook/course": "inside each worker kernel (the lessons' training program)",
     "mwnotebook/engine": "the notebook process",
     "mwnotebook/engine/cell": "the notebook process",
     "mwnotebook/engine/roles": "the notebook process",

@@ -115,9 +115,18 @@ def check_12(out: list[str]) -> None:
     assert len(out[5].splitlines()) == 2, out[5]
 
 
+def check_13(out: list[str]) -> None:
+    assert "options: the same" in out[3], out[3]
+    assert "-    per_replica_batch = ctx.get_per_replica_batch_size(64)" in out[3], out[3]
+    assert "+    per_replica_batch = ctx.get_per_replica_batch_size(128)" in out[3], out[3]
+    ratio = float(re.search(r"ratio ([0-9.]+)", out[4]).group(1))  # type: ignore[union-attr]
+    assert 0.8 < ratio < 1.2, out[4]  # twice the examples per step: about the same loss, not half
+
+
 CHECKS: dict[str, Callable[[list[str]], None]] = {
     "01": check_01, "02": check_02, "03": check_03, "04": check_04, "05": check_05, "06": check_06,
-    "07": check_07, "08": check_08, "09": check_09, "10": check_10, "11": check_11, "12": check_12}
+    "07": check_07, "08": check_08, "09": check_09, "10": check_10, "11": check_11, "12": check_12,
+    "13": check_13}
 
 
 @pytest.mark.parametrize("number", sorted(CHECKS))

@@ -26,7 +26,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (0, ("mwnotebook.errors", "mwnotebook.processes.shipped")),
     (1, ("mwnotebook.shared", "mwnotebook.config")),
     (2, ("mwnotebook.worker", "mwnotebook.recipes", "mwnotebook.profiling", "mwnotebook.processes",
-         "mwnotebook.export")),
+         "mwnotebook.export", "mwnotebook.course")),
     (3, ("mwnotebook.launchers", "mwnotebook.registry")),
     (4, ("mwnotebook.engine", "mwnotebook.experiments")),
     (5, ("mwnotebook.frontend", "mwnotebook.server")),
