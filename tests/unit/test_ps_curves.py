@@ -186,3 +186,17 @@ def test_a_non_finite_note_names_the_worker_server_not_its_line_number():
     board(WorkerMetrics(worker=0, records=({"step": 7, "loss": float("nan"), "server": 1},)))
     note = board._feed.note  # noqa: SLF001 - what the widget's next update says (frontend/chart/feed.py)
     assert note.startswith("worker 1 reported loss = nan"), note  # not "worker 2", its line's number
+
+
+def test_a_coordinators_fit_that_reports_epochs_only_draws_its_loss_in_the_saved_chart():
+    """A ``--ps`` coordinator's ``fit`` sends epoch summaries only (no step records: steps run as
+    closures on the worker servers). The saved chart draws them on an epoch panel; before, an empty
+    ``loss`` step panel stood in for the missing step records and hid the epoch loss (an empty picture)."""
+    board = Dashboard(1, use_widget=False, lines=ChartLines(1, 2, {0: "coordinator"}))
+    epochs = [0.677, 0.641, 0.605]
+    board(WorkerMetrics(0, tuple({"step": 20 * (e + 1), "time": 1000.0 + e, "kind": "epoch", "epoch": e,
+                                  "global_loss": loss} for e, loss in enumerate(epochs))))
+    board.finish()
+    (drawn,) = [t for t in board.static_figure().data if t.name == "global loss (all workers)"]
+    assert list(drawn.x) == [1, 2, 3] and list(drawn.y) == pytest.approx(epochs), drawn
+    assert "<polyline" in board.svg()

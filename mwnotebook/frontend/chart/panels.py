@@ -1,7 +1,8 @@
 """Every metric of a run as panels of plain data (the end state's figure and picture).
 
 Step panels come from step and batch records (x = step), epoch panels from metrics only seen in
-epoch summaries (``val_*``; x = epoch from 1). The dashboard's own metric (``loss``) comes first,
+epoch summaries (``val_*``, or every metric of a ``--ps`` coordinator's ``fit``, which reports epochs
+only; x = epoch from 1). The dashboard's own metric (``loss``) comes first,
 the learning rate last.
 """
 
@@ -44,14 +45,16 @@ def chart_panels(store: MetricsStore, num_workers: int, first: str = "loss", *,
                  notes: Mapping[tuple[str, str], str] | None = None) -> list[ChartPanel]:
     """One panel per metric; ``names(metric)``-style worker names come from ``names`` (a worker's
     legend name with ``{metric}`` in it, e.g. "worker 1 (local {metric}) - failed: ValueError")."""
-    step_metrics = {_bare(m) for m in store.metric_names()} or {first}
+    step_metrics = {_bare(m) for m in store.metric_names()}
+    epoch_metrics = {_bare(m) for m in store.epoch_metric_names()} - step_metrics
+    if not step_metrics and not epoch_metrics:
+        step_metrics = {first}  # nothing reported: the dashboard's own panel, empty
     panels = []
     for metric in _ordered(step_metrics, first):
         worker_names = [n.format(metric=metric) for n in names] if names is not None else None
         panels.append(ChartPanel(metric, "step", chart_series(store, metric, num_workers, max_points=max_points,
                                                               names=worker_names),
                                  (notes or {}).get((metric, "step"), "")))
-    epoch_metrics = {_bare(m) for m in store.epoch_metric_names()} - step_metrics
     for metric in _ordered(epoch_metrics, first):
         series = []
         for w in range(num_workers):
