@@ -34,7 +34,7 @@ from mwnotebook.engine.cell.restarts import HOST_WAIT_SECONDS, CellLimits, Resta
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cell.run import CellRun, CellVerdict
 from mwnotebook.engine.cell.stacks import StacksReport, dump_stacks
-from mwnotebook.engine.class_caps import is_local, spec_tasks
+from mwnotebook.engine.class_caps import CapsCheck, is_local, spec_tasks
 from mwnotebook.engine.cluster_state import TaskStates, ignore_event
 from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
 from mwnotebook.engine.roles import notebook_coordinator
@@ -57,10 +57,14 @@ class AsyncCluster:
     """N worker kernels that run cells in lockstep. All methods run on one event loop."""
 
     def __init__(self, spec: ClusterSpec | None = None, *, launcher: Launcher | None = None,
-                 caps: ClassCaps | None = None, **spec_fields: Any) -> None:
+                 caps: ClassCaps | None = None, unpublished: str | None = None, **spec_fields: Any) -> None:
         if spec is not None and spec_fields:
             raise TypeError("pass either a ClusterSpec or its fields, not both")
         self.spec = spec if spec is not None else ClusterSpec(**spec_fields)
+        #: The teacher's caps checked before a start, the one place every entry point reaches
+        #: (engine/class_caps.py). ``unpublished``: what other kernels' refusals call this cluster
+        #: when it publishes no state file (``mwnotebook run``).
+        self.caps_check = CapsCheck(caps, self.spec, unpublished=unpublished)
         self._layout = self.spec.layout
         #: What the tasks run with: under the teacher's CPU cap (``caps``, config/class_caps.py) a
         #: local cluster's thread pools default to each task's share (config/worker_env.py).

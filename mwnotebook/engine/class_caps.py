@@ -31,6 +31,7 @@ from mwnotebook.config.class_caps import MAX_WORKERS_VAR, MEM_LIMIT_VAR, ClassCa
 from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.errors import ConfigError
 from mwnotebook.registry import processes, state
+from mwnotebook.registry.owner import this_owner
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +253,57 @@ def admit(caps: ClassCaps, spec: ClusterSpec, *, directory: Path | None = None, 
             "kernel_id": who.get("kernel_id"), "argv0": who.get("argv0"),
             "cluster": unpublished or "(starting)", "state": "running" if unpublished else "starting"})
     return Claim(path)
+
+
+class CapsCheck:
+    """The teacher's caps for one cluster: the one place a start is checked, whoever starts it.
+
+    :class:`~mwnotebook.engine.async_cluster.AsyncCluster` holds one; ``Cluster.start`` and
+    ``start_background`` claim through it, the magic's check before it replaces a kernel's cluster is
+    :meth:`check` (``Cluster.check_caps``), and ``mwnotebook run`` claims for its whole run
+    (``unpublished``: the command publishes no state file, so its claim stands for its cluster).
+    Without caps, or with no cap that counts running tasks, it reads nothing.
+    """
+
+    def __init__(self, caps: ClassCaps | None, spec: ClusterSpec, *, unpublished: str | None = None,
+                 directory: Path | None = None) -> None:
+        self.caps = caps
+        self._spec = spec
+        self._unpublished = unpublished
+        self._directory = directory  # the registry's (None: this user's, registry/state.py)
+        self._claim: Claim | None = None
+
+    @property
+    def counts(self) -> bool:
+        """Whether a start is checked at all (a task or memory cap is set)."""
+        return self.caps is not None and self.caps.counts_running
+
+    @property
+    def claimed(self) -> bool:
+        """Whether a claim is held (a start under way, or a command's run)."""
+        return self._claim is not None
+
+    def check(self, exclude: Collection[str] = ()) -> None:
+        """Raise :class:`CapExceeded` if a start now would pass the caps; claims nothing. ``exclude``:
+        ids of clusters that do not count (this one, one it replaces)."""
+        if self.caps is not None and self.counts:
+            admit(self.caps, self._spec, directory=self._directory, exclude=exclude, owner=this_owner()).release()
+
+    def claim(self, exclude: Collection[str] = ()) -> bool:
+        """Check a start and claim its tasks until :meth:`release` (False: no new claim was needed,
+        one is held already or nothing counts). Raises :class:`CapExceeded` before anything starts."""
+        if self.caps is None or not self.counts or self._claim is not None:
+            return False
+        self._claim = admit(self.caps, self._spec, directory=self._directory, exclude=exclude, owner=this_owner(),
+                            unpublished=self._unpublished)
+        return True
+
+    def release(self, _done: object = None) -> None:
+        """End the claim (when the start has ended: the cluster's state file counts it from then on;
+        a command's, when its run has ended). ``_done``: a finished future, when used as its callback."""
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
 
 
 def running_summary(caps: ClassCaps, directory: Path | None = None) -> str:

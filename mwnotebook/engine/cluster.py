@@ -21,7 +21,6 @@ from mwnotebook.engine.cell.late_output import LateOutput
 from mwnotebook.engine.cell.restarts import CellLimits
 from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.cell.stacks import StacksReport
-from mwnotebook.engine.class_caps import Claim, admit
 from mwnotebook.engine.cluster_status import WorkerInfo
 from mwnotebook.engine.interrupts import INTERRUPT, SigintToQueue
 from mwnotebook.engine.loop import background_loop
@@ -29,7 +28,6 @@ from mwnotebook.engine.usage import WorkerUsage
 from mwnotebook.engine.workers.worker import Worker
 from mwnotebook.errors import STACKS_HEADING
 from mwnotebook.launchers import Launcher
-from mwnotebook.registry.owner import this_owner
 from mwnotebook.registry.publication import Publication
 from mwnotebook.shared.events import Event, EventSink
 
@@ -57,7 +55,6 @@ class Cluster:
         self._core = AsyncCluster(spec, launcher=launcher, caps=self.caps, **spec_fields)
         self._loop = background_loop()
         self._published = Publication(self)  # the clusters panel's view: mwnotebook/registry/
-        self._claim: Claim | None = None  # this start's claim on the caps, until the start ends
         _live.add(self)
 
     @property
@@ -134,31 +131,26 @@ class Cluster:
             self._run_with_events(lambda sink: self._core.start(on_event=sink), on_event, on_interrupt=self._abandon)
         finally:
             if claimed:
-                self._release_claim()
+                self._core.caps_check.release()
         return self
 
     def _admit(self) -> bool:
-        """Check a start against the caps and claim its tasks (False: no new claim was needed)."""
-        if self.started or self._claim is not None or not self.caps.counts_running:
+        """Check a start against the caps and claim its tasks until the start ends (False: no new
+        claim was needed). The check is the engine's (engine/class_caps.py ``CapsCheck``)."""
+        if self.started:
             return False
         own = self._published.cluster_id  # published while restarting after a failed cell: itself
-        self._claim = admit(self.caps, self.spec, exclude=(own,) if own else (), owner=this_owner())
-        return True
+        return self._core.caps_check.claim(exclude=(own,) if own else ())
 
     def check_caps(self, replacing: Cluster | None = None) -> None:
         """Raise :class:`~mwnotebook.engine.class_caps.CapExceeded` if starting this cluster now would
         pass the teacher's caps; ``replacing``: a running cluster this one replaces (not counted: the
         magic checks before it stops a kernel's cluster of other options). Claims nothing."""
-        if self.started or not self.caps.counts_running:
+        if self.started:
             return
         other = replacing._published.cluster_id if replacing is not None else None  # noqa: SLF001 - this module's own class
         ids = {self._published.cluster_id, other}
-        admit(self.caps, self.spec, exclude={i for i in ids if i}, owner=this_owner()).release()
-
-    def _release_claim(self, _future: object = None) -> None:
-        claim, self._claim = self._claim, None
-        if claim is not None:
-            claim.release()
+        self._core.caps_check.check(exclude={i for i in ids if i})
 
     def _abandon(self) -> None:
         """Ctrl-C during a start or restart: end every kernel (waiting for launches under way)."""
@@ -176,7 +168,7 @@ class Cluster:
         future = self._loop.submit(self._core.start(on_event=self._published.watch(None)))
         future.add_done_callback(self._published.settled)
         if claimed:
-            future.add_done_callback(self._release_claim)
+            future.add_done_callback(self._core.caps_check.release)
 
     def run(self, code: str, on_event: EventSink | None = None, timeout: float | None = None,
             max_restarts: int | None = None) -> RunResult:
@@ -278,8 +270,11 @@ class Cluster:
 
     def usage(self) -> list[WorkerUsage]:
         """Every worker's CPU share (% of one core since the previous call) and resident memory, read
-        on its own host: psutil here, the remote agent's /proc reading on SSH and Slurm hosts."""
-        return self._loop.run(self._core.usage(), timeout=30)
+        on its own host: psutil here, the remote agent's /proc reading on SSH, Slurm and Ray hosts.
+        The clusters panel shows the figures read (registry/publication.py)."""
+        usages = self._loop.run(self._core.usage(), timeout=30)
+        self._published.usage(usages)
+        return usages
 
     def status(self) -> list[WorkerInfo]:
         """Every task: role, TF_CONFIG task, address, pid, state (cell kernels first, then a --ps cluster's servers)."""

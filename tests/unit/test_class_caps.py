@@ -221,3 +221,22 @@ def test_the_caps_in_the_status() -> None:
         "    this notebook: 2 tasks"]
     assert caps_text(ClassCaps(), {}, "") == ""
     assert json.dumps(caps.lines())  # plain strings
+
+
+def test_the_engines_one_check_claims_once_per_start_and_a_check_claims_nothing(tmp_path: Path) -> None:
+    """engine/class_caps.py CapsCheck: what Cluster.start, Cluster.check_caps (the magic) and
+    ``mwnotebook run`` all reach."""
+    caps, spec = ClassCaps(max_workers=3), ClusterSpec(workers=2, cpu=True)
+    check = class_caps.CapsCheck(caps, spec, unpublished="mwnotebook run", directory=tmp_path)
+    check.check()
+    assert not list(tmp_path.glob("claim-*"))
+    assert check.claim() and check.claimed
+    assert not check.claim()  # one claim per start
+    [path] = tmp_path.glob("claim-*.json")
+    assert json.loads(path.read_text())["cluster"] == "mwnotebook run"
+    with pytest.raises(CapExceeded, match=r"2 \+ 2 > 3"):
+        class_caps.CapsCheck(caps, spec, directory=tmp_path).check()
+    check.release()
+    assert not check.claimed and not path.exists()
+    assert not class_caps.CapsCheck(None, spec, directory=tmp_path).claim()  # no caps: nothing read
+    assert not list(tmp_path.glob("claim-*"))

@@ -153,23 +153,21 @@ def cmd_run(ns: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     # The command owns its event loop (no background thread): signals are handled on it directly,
     # and a ClusterInterrupted never has to cross threads.
     from mwnotebook.engine.async_cluster import AsyncCluster  # keeps `--help` and `export` light
-    from mwnotebook.engine.class_caps import admit
-    from mwnotebook.registry.owner import this_owner
 
-    # The teacher's caps (docs/guide/caps.md), before anything starts: ConfigError/CapExceeded go to main().
-    # The command publishes no state file: its claim stands for its cluster until the run ends.
-    caps = ClassCaps.from_environ(os.environ)
-    claim = admit(caps, spec, owner=this_owner(), unpublished="mwnotebook run")
+    # The teacher's caps (docs/guide/caps.md), checked by the engine before anything starts:
+    # ConfigError/CapExceeded go to main(). The command publishes no state file: its claim stands for
+    # its cluster until the run ends.
+    cluster = AsyncCluster(spec, caps=ClassCaps.from_environ(os.environ), unpublished="mwnotebook run")
+    cluster.caps_check.claim()
 
     # The kernels that run the script: the workers, and --evaluator's kernel (labelled [evaluator]).
     observer = RunObserver(len(spec.layout.cell_tasks()), stdout, stderr, names=spec.layout.kernel_names())
     print(f"mwnotebook: starting {spec.workers} workers for {script}", file=stderr, flush=True)
     started = time.monotonic()
     try:
-        outcome = asyncio.run(drive(AsyncCluster(spec, caps=caps), code, script_preamble(script, args), observer,
-                                     ns.timeout, stderr))
+        outcome = asyncio.run(drive(cluster, code, script_preamble(script, args), observer, ns.timeout, stderr))
     finally:
-        claim.release()
+        cluster.caps_check.release()
     observer.flush()
     elapsed = time.monotonic() - started
     slow = slow_worker_line(observer.metrics.records, spec.layout.kernel_names())  # shared/step_times.py
