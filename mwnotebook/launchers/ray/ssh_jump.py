@@ -4,11 +4,11 @@ connection to a host on it (the head, usually).
 Ray forwards no arbitrary ports: a driver or a Ray Client reaches the head, but the relays'
 (``node_relay.py``) and the kernels' ports on the worker nodes are plain TCP ports on the cluster's
 network. With ``--ray-ssh`` each of them is an SSH local forward on the notebook's loopback to the
-node's address, all over one connection, as ``--slurm-login`` does for Slurm nodes
-(``launchers/slurm/shell.py``); the connection is made as ``ssh`` would make it
-(``launchers/ssh/connect.py``: the user's config, known_hosts, ProxyJump) with the same keepalive,
-so a silently dead network is noticed in seconds. TensorFlow's addresses stay the nodes' own: the
-workers talk to each other inside the cluster. A ``ray://`` address goes through a forward too.
+node's address, all over one SSH host link (``launchers/ssh/host_link.py``, as ``--slurm-login`` holds
+for Slurm nodes and the SSH launcher per host): made as ``ssh`` would make it (the user's config,
+known_hosts, ProxyJump) with the same keepalive, so a silently dead network is noticed in seconds.
+TensorFlow's addresses stay the nodes' own: the workers talk to each other inside the cluster. A
+``ray://`` address goes through a forward too.
 
 The connection and its forwards run on an event loop of their own, in a thread: Ray's own calls
 block the thread that makes them (creating an actor through Ray Client waits for the head's
@@ -16,8 +16,8 @@ answer), and a forward served by the engine's loop would wait for that loop, so 
 made on it would wait for itself (measured: the client gave up after its 30 s reconnection grace).
 
 A lost connection is final for the cluster: every forwarded connection (the agents' channels, the
-kernels' sockets, a Ray Client's) ended with it, so the workers are gone; :meth:`JumpHost.forward`
-then says so, and the user starts the cluster again.
+kernels' sockets, a Ray Client's) ended with it, so the workers are gone; the link is made with
+``loss_is_final``, so :meth:`JumpHost.forward` then says so, and the user starts the cluster again.
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from typing import Any, TypeVar
 import asyncssh
 
 from mwnotebook.config.hosts import parse_host
-from mwnotebook.errors import ClusterStartError
-from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, KEEPALIVE_SECONDS
-from mwnotebook.launchers.ssh.connect import SSHConnectError, SSHConnection, loss_reason, open_connection
+from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL
+from mwnotebook.launchers.ssh.host_link import HostLink, LinkSettings
 
 __all__ = ["Forward", "JumpHost"]
 
@@ -59,21 +58,18 @@ class Forward:
 
 
 class JumpHost:
-    """One SSH connection to ``--ray-ssh``'s host and the forwards through it, on a loop of its own."""
+    """``--ray-ssh``'s host link (its loss final) and the forwards through it, on a loop of its own."""
 
     def __init__(self, target: str, ssh_config: str | None = None, connect_timeout: float = CONNECT_SECONDS) -> None:
         self.spec = target
         self.host = parse_host(target)
         self.target = self.host.target
-        self.ssh_config = ssh_config
-        self.connect_timeout = connect_timeout
-        self._session: SSHConnection | None = None
+        self.link = HostLink(self.host, LinkSettings(connect_timeout, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT_MAX,
+                                                     ssh_config), name=f"--ray-ssh {self.target}", loss_is_final=True)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._connecting = asyncio.Lock()
         #: Forwards that live as long as the connection (the relays' ports), by ``(address, port)``.
         self._kept: dict[tuple[str, int], Forward] = {}
-        self._closed = False
 
     async def _on_own_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the connection's loop; the caller's cancellation cancels it there too."""
@@ -87,74 +83,29 @@ class JumpHost:
 
     async def connect(self) -> None:
         """Open the connection (once): a :class:`ClusterStartError` naming the host and the cause,
-        within the connect timeout, when it cannot be made."""
-        async with self._connecting:
-            if self._closed:
-                raise ClusterStartError(f"--ray-ssh {self.target}: the cluster is stopping", host=self.target)
-            if self._session is not None:
-                return
-            bound = self.connect_timeout + 5  # the config's ProxyJump hops each get connect_timeout
-            try:
-                self._session = await self._on_own_loop(asyncio.wait_for(open_connection(
-                    self.host, connect_timeout=self.connect_timeout, keepalive_interval=KEEPALIVE_INTERVAL,
-                    keepalive_count_max=KEEPALIVE_COUNT_MAX, ssh_config=self.ssh_config), bound))
-            except SSHConnectError as exc:
-                raise ClusterStartError(f"--ray-ssh {self.target}: {exc}", host=self.target) from None
-            except asyncio.TimeoutError:
-                raise ClusterStartError(f"--ray-ssh {self.target}: no SSH connection within {bound:.0f} s",
-                                        host=self.target) from None
+        within the connect timeout, when it cannot be made (or was lost)."""
+        first = self.link.connections == 0
+        await self._on_own_loop(self.link.connection())
+        if first:
             log.info("--ray-ssh: connected to %s", self.target)
 
     def check(self) -> None:
         """A :class:`ClusterStartError` when the connection was lost."""
-        if self._session is not None:
-            self._connection()
-
-    def _connection(self) -> asyncssh.SSHClientConnection:
-        session = self._session
-        if session is None:
-            raise ClusterStartError(f"--ray-ssh {self.target}: not connected", host=self.target)
-        if session.conn.is_closed():
-            raise ClusterStartError(f"--ray-ssh {self.target}: the SSH connection was lost "
-                                    f"({self.lost() or 'closed'}), and the workers with it; stop the cluster "
-                                    "(%mwcluster stop) and start it again", host=self.target)
-        return session.conn
+        self.link.check()
 
     async def probe(self, address: str, port: int) -> str:
         """'' when something on the SSH host's side accepts a connection at ``address:port``, else
         why not (a local forward accepts at once whatever lies behind it)."""
-        await self.connect()
-        conn = self._connection()
-
-        async def attempt() -> str:
-            try:
-                _, writer = await asyncio.wait_for(conn.open_connection(address, port), self.connect_timeout)
-            except (asyncssh.Error, OSError) as exc:
-                return str(exc) or type(exc).__name__
-            except asyncio.TimeoutError:
-                return f"no answer within {self.connect_timeout:.0f} s"
-            writer.close()
-            return ""
-
-        return await self._on_own_loop(attempt())
+        return await self._on_own_loop(self.link.probe(address, port))
 
     async def forward(self, address: str, port: int) -> tuple[str, int, Forward]:
         """A local port forwarded to ``address:port`` as the SSH host sees it: ``(ip, port, forward)``
         where the notebook connects (the caller closes the forward)."""
-        await self.connect()
-        conn = self._connection()
-        async def listen() -> asyncssh.SSHListener:
-            return await conn.forward_local_port("127.0.0.1", 0, address, port)
-
-        try:
-            listener = await self._on_own_loop(listen())
-        except (asyncssh.Error, OSError) as exc:
-            raise ClusterStartError(f"--ray-ssh {self.target}: could not forward a port to {address}:{port} "
-                                    f"({exc})", host=self.target) from None
+        ip, local, listener = await self._on_own_loop(self.link.forward(address, port))
         assert self._loop is not None
         forward = Forward(listener, self._loop)
-        log.debug("--ray-ssh: 127.0.0.1:%d -> %s:%d through %s", forward.port, address, port, self.target)
-        return "127.0.0.1", forward.port, forward
+        log.debug("--ray-ssh: %s:%d -> %s:%d through %s", ip, local, address, port, self.target)
+        return ip, local, forward
 
     async def route(self, address: str, port: int) -> tuple[str, int]:
         """Where the notebook connects to reach ``address:port``: one forward per address, kept
@@ -164,35 +115,24 @@ class JumpHost:
             ip, local, kept = await self.forward(address, port)
             self._kept[(address, port)] = kept
             return ip, local
-        self._connection()  # a lost connection: said now, not as a refused local port
+        self.check()  # a lost connection: said now, not as a refused local port
         return "127.0.0.1", kept.port
 
     def lost(self) -> str:
         """Why the connection ended ('' while it is open, or when it was closed here)."""
-        session = self._session
-        if session is None or self._closed or not session.conn.is_closed():
-            return ""
-        return loss_reason(session.conn, KEEPALIVE_SECONDS) or "the SSH connection closed"
+        return self.link.lost()
 
     async def close(self) -> None:
         """Close the forwards and the connection, and end the loop's thread."""
-        async with self._connecting:
-            self._closed = True
-            session, self._session = self._session, None
-            kept, self._kept = list(self._kept.values()), {}
+        kept, self._kept = list(self._kept.values()), {}
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
+            await self.link.close()  # never connected: a start still running sees "stopping"
             return
         for forward in kept:
             forward.close()
-
-        async def end() -> None:
-            if session is not None:
-                session.close()
-                await session.wait_closed()
-
         try:
-            await asyncio.wait_for(self._on_own_loop(end()), 15)
+            await asyncio.wait_for(self._on_own_loop(self.link.close()), 15)
         except Exception:
             log.debug("closing the --ray-ssh connection to %s failed", self.target, exc_info=True)
         loop.call_soon_threadsafe(loop.stop)
