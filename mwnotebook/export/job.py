@@ -8,6 +8,7 @@ Formats, each named for what it writes:
   (export/scripts.py, export/roles.py). ``launchers``, its earlier name, is still accepted.
 - ``slurm``: a Slurm batch job, ``job.sbatch`` (export/formats.py).
 - ``tfjob``: a Kubernetes TFJob manifest, ``tfjob.yaml`` (export/formats.py).
+- ``ray``: a Ray job's entrypoint, ``ray_job.py``, for ``ray job submit`` (export/ray_job.py).
 
 Importing this module is cheap (the magic's parser reads :data:`FORMATS`); the writers load when
 something is exported.
@@ -26,16 +27,17 @@ if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
 
 SHELL = "shell"
-FORMATS = (SHELL, "slurm", "tfjob")
+RAY = "ray"
+FORMATS = (SHELL, "slurm", "tfjob", RAY)
 #: Earlier names of a format, still accepted on the command line and in the magic.
 OLD_NAMES = {"launchers": SHELL}
 FORMAT_HELP = ("what to write: shell scripts, one per worker, and run-local.sh (shell, the default; "
-               "formerly 'launchers'), a Slurm batch job (slurm: job.sbatch), or a Kubernetes TFJob "
-               "manifest (tfjob: tfjob.yaml)")
+               "formerly 'launchers'), a Slurm batch job (slurm: job.sbatch), a Kubernetes TFJob "
+               "manifest (tfjob: tfjob.yaml), or a Ray job's entrypoint for ray job submit (ray: ray_job.py)")
 
 
 class ExportedFiles(Protocol):
-    """What an export wrote (``scripts.ExportedJob``, ``formats.ExportedBatchJob``)."""
+    """What an export wrote (``scripts.ExportedJob``, ``formats.ExportedBatchJob``, ``ray_job.ExportedRayJob``)."""
 
     @property
     def directory(self) -> Path: ...
@@ -72,6 +74,10 @@ def export_job(code: str, out_dir: str | Path, spec: ClusterSpec, fmt: str = SHE
         from mwnotebook.export.scripts import export_cell
 
         return export_cell(code, out_dir, spec, ports=ports, python=python)
+    if fmt == RAY:
+        from mwnotebook.export.ray_job import export_ray_job
+
+        return export_ray_job(code, out_dir, spec, python=python)
     from mwnotebook.export.formats import export_format
 
     return export_format(code, out_dir, spec, fmt, python=python, image=image)

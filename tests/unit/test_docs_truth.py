@@ -89,7 +89,8 @@ def _accepted_options() -> set[str]:
 #: Other programs' options the pages quote (Slurm's, Ray's, unshare's, Jupyter's, TensorBoard's). A line that runs
 #: a benchmark or a tool (``python -m benchmarks...``, ``python tools/...``) is not scanned.
 OTHERS = {"--cpus-per-task", "--gpus-per-task", "--kill-on-bad-exit", "--nodelist", "--ntasks", "--overlap",
-          "--no-kill", "--no-shell", "--head", "--ray-client-server-port", "--net", "--runtime-dir", "--logdir"}
+          "--no-kill", "--no-shell", "--head", "--ray-client-server-port", "--net", "--runtime-dir", "--logdir",
+          "--address", "--working-dir"}
 _OTHER_COMMAND = re.compile(r"benchmarks[./]|tools/")
 
 
