@@ -50,6 +50,35 @@ INSIDE_CULLING = ["--MappingKernelManager.cull_idle_timeout=5", "--MappingKernel
                   "--MappingKernelManager.cull_busy=False", "--MappingKernelManager.cull_connected=True"]
 
 
+#: Where :func:`quiet_training` writes the time its training ended, in the student's home (the test,
+#: root, reads it: with the notebook's tab closed nothing of the cell reaches the test otherwise).
+TRAINED_FILE = "mwnotebook-trained-at"
+
+
+def quiet_training(seconds: float, options: str = "--workers 2") -> str:
+    """A cell that trains on its workers (an all-reduce every 10 ms) for ``seconds`` printing nothing
+    after "training", then each worker writes the time it ended to ``~/TRAINED_FILE`` (:meth:`Hub.trained_at`).
+    A worker lost mid-cell fails the all-reduce: the file is written only by a training run that ended."""
+    return f"""%%mwtrain {options}
+import os, time
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+@tf.function
+def step():
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+step()
+print("training", flush=True)
+end = time.monotonic() + {seconds}
+while time.monotonic() < end:
+    step()
+    time.sleep(0.01)
+with open(os.path.expanduser("~/{TRAINED_FILE}"), "w") as done:  # each worker, as the student
+    done.write(repr(time.time()))
+"""
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -301,6 +330,34 @@ class Hub:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name}'s server still listed {timeout} s after its stop")
             time.sleep(0.2)
+
+    def trained_at(self, student: Student) -> datetime | None:
+        """When the student's :func:`quiet_training` cell ended its training (None: not yet, or never)."""
+        path = Path(pwd.getpwnam(student.name).pw_dir) / TRAINED_FILE
+        try:
+            return datetime.fromtimestamp(float(path.read_text()), timezone.utc)
+        except (OSError, ValueError):
+            return None
+
+    def cell_ended(self, student: Student, since: datetime) -> datetime | None:
+        """When the student's cluster went idle after a cell that ended after ``since``: ``last_cell.ended``
+        of its state file (mwnotebook/registry/document.py), read as root from the student's Jupyter
+        runtime directory while their server runs; None while the cell runs or with no cluster."""
+        directory = Path(pwd.getpwnam(student.name).pw_dir) / ".local/share/jupyter/runtime/mwnotebook"
+        ended = []
+        for path in directory.glob("cluster-*.json"):
+            try:
+                document = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if document.get("state") == "idle" and (document.get("last_cell") or {}).get("ended"):
+                ended.append(float(document["last_cell"]["ended"]))
+        last = datetime.fromtimestamp(max(ended), timezone.utc) if ended else None
+        return last if last is not None and last > since else None
+
+    def forget_training(self, student: Student) -> None:
+        """Remove what an earlier :func:`quiet_training` cell wrote."""
+        (Path(pwd.getpwnam(student.name).pw_dir) / TRAINED_FILE).unlink(missing_ok=True)
 
     def kernel(self, student: Student) -> HubKernel:
         return HubKernel(self, student)

@@ -1,8 +1,9 @@
 """Idle culling and a training cell, as docs/guide/teaching.md says to set it up.
 
 * jupyterhub-idle-culler (a hub service) reads the hub's last activity, which a cell that trains
-  without printing, its notebook tab closed, does not move (tests/hub/test_hub_stop.py measures
-  it): the culler ends such a server mid-training, and nothing of the student is left.
+  without printing, its notebook tab closed, moves through mwnotebook's server extension
+  (mwnotebook/server/activity.py; tests/hub/test_hub_stop.py measures it): the culler keeps such
+  a server to the training's end, then ends it, and nothing of the student is left.
 * Culling inside the single-user server instead (Jupyter Server's kernel culler, which never
   culls a busy kernel) keeps a quiet training cell's kernel and workers for as long as the cell
   runs, and culls the kernel once the cell has ended.
@@ -14,36 +15,24 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 
 import psutil
 import pytest
 
-from testbed.hub import INSIDE_CULLING, Hub, Student, processes_of, record
+from testbed.hub import INSIDE_CULLING, Hub, Student, processes_of, quiet_training, record
 from testbed.processes import end_processes, is_worker
-from testbed.seed_cell import LONG_RUN
 
 pytestmark = [pytest.mark.hub, pytest.mark.tf, pytest.mark.timeout(600)]
 
 #: jupyterhub-idle-culler's --timeout here (s); a class would use an hour or more.
 CULLER_TIMEOUT = 20
+#: How long the first test's cell trains printing nothing (s): past the culler's timeout and its
+#: look every 5 s (without mwnotebook's activity the culler ended such a server 21-28 s after the
+#: tab closed: docs/guide/teaching.md).
+TRAINING_SECONDS = 35
 #: How long the quiet cell trains (s): several times the inside culler's 5 s idle timeout.
 QUIET_SECONDS = 20
-QUIET_CELL = f"""%%mwtrain --workers 2 --timeout 120
-import time
-import tensorflow as tf
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-
-@tf.function
-def step():
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
-
-step()
-print("training", flush=True)
-end = time.monotonic() + {QUIET_SECONDS}
-while time.monotonic() < end:
-    step()
-    time.sleep(0.01)
-"""
 
 
 def wait_no_process(uid: int, bound: float = 60.0) -> list[psutil.Process]:
@@ -56,29 +45,44 @@ def wait_no_process(uid: int, bound: float = 60.0) -> list[psutil.Process]:
     return left
 
 
-def test_the_hubs_idle_culler_ends_a_server_whose_cell_trains_quietly_with_no_tab_open(
+def test_the_hubs_idle_culler_keeps_a_server_whose_cell_trains_quietly_and_ends_it_after(
         hub: Hub, students: list[Student]) -> None:
+    """The tab closed, the cell trains printing nothing for TRAINING_SECONDS, longer than the culler's
+    timeout: mwnotebook's server extension reports the training as activity, so the culler leaves
+    the server to the training's end (the workers write the time they ended: a run cut short writes
+    nothing), then ends it once it has been idle for its timeout, and nothing of the student is left."""
     student = students[0]
     hub.start_server(student)
+    hub.forget_training(student)
     kernel = hub.kernel(student)
     culler = None
     try:
         assert kernel.execute("%load_ext mwnotebook", timeout=120).status == "ok"
-        started = kernel.execute(f"%%mwtrain --workers 2\n{LONG_RUN}", timeout=300, until="training")
+        started = kernel.execute(quiet_training(TRAINING_SECONDS), timeout=300, until="training")
         assert started.status == "running", started.text[-3000:]
         kernel.ws.close()  # the student closed the tab; the cell trains on, printing nothing
-        closed = time.monotonic()
+        closed = datetime.now(timezone.utc)
         with open(hub.root / "idle-culler.log", "wb") as log:
             culler = subprocess.Popen(
                 [sys.executable, "-m", "jupyterhub_idle_culler", f"--url={hub.url}/hub/api",
                  f"--timeout={CULLER_TIMEOUT}", "--cull-every=5"],
                 env={**os.environ, "JUPYTERHUB_API_TOKEN": hub.culler_token}, stdout=log, stderr=subprocess.STDOUT)
-        hub.wait_stopped(student.name, timeout=180)
-        culled = time.monotonic() - closed
+        ended = None
+        deadline = time.monotonic() + TRAINING_SECONDS + 240  # a hang bound: the training, then the culler
+        while hub.ready(student.name):
+            ended = hub.cell_ended(student, closed) or ended
+            assert time.monotonic() < deadline, "the idle culler never ended the server"
+            time.sleep(0.5)
+        culled = datetime.now(timezone.utc)
+        hub.wait_stopped(student.name, timeout=120)
         left = wait_no_process(student.uid)
         assert not left, [(p.pid, p.cmdline()) for p in left]
-        record("idle_culler", {"timeout_s": CULLER_TIMEOUT, "cull_every_s": 5,
-                               "server_culled_after_tab_closed_s": round(culled, 1)})
+        trained = hub.trained_at(student)
+        assert trained is not None, "the server was culled before the quiet cell's training ended"
+        assert ended is not None and ended <= culled
+        record("idle_culler", {"timeout_s": CULLER_TIMEOUT, "cull_every_s": 5, "training_s": TRAINING_SECONDS,
+                               "server_kept_after_tab_closed_s": round((culled - closed).total_seconds(), 1),
+                               "culled_after_cell_end_s": round((culled - ended).total_seconds(), 1)})
     finally:
         if culler is not None:
             end_processes([psutil.Process(culler.pid)], grace=5)
@@ -97,7 +101,8 @@ def test_culling_inside_the_server_keeps_a_training_kernel_and_culls_it_once_idl
     kernel = hub.kernel(student)
     try:
         assert kernel.execute("%load_ext mwnotebook", timeout=120).status == "ok"
-        started = kernel.execute(QUIET_CELL, timeout=300, until="training")
+        started = kernel.execute(quiet_training(QUIET_SECONDS, "--workers 2 --timeout 120"), timeout=300,
+                                 until="training")
         assert started.status == "running", started.text[-3000:]
         since = time.monotonic()
         workers = {p.pid for p in processes_of(student.uid) if is_worker(p)}

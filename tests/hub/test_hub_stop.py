@@ -1,8 +1,8 @@
 """A student's server stopped by the hub (the admin API, as a teacher's stop button or the idle culler
 does) while their cell trains on two workers: no process of that student is left within seconds
 (measured: artifacts/hub.json), and the other student is not disturbed. And what the hub sees as the
-student's last activity while a cell trains without printing, then printing (measured, for the
-culler's setting in docs/guide/teaching.md)."""
+student's last activity while a cell trains without printing, its tab closed, and after it ended
+(measured, for the culler's setting in docs/guide/teaching.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from testbed.hub import ACTIVITY_INTERVAL, Hub, Student, Watch, processes_of, record
+from testbed.hub import ACTIVITY_INTERVAL, Hub, Student, Watch, processes_of, quiet_training, record
 from testbed.processes import is_worker
 from testbed.seed_cell import LONG_RUN
 
@@ -20,33 +20,8 @@ pytestmark = [pytest.mark.hub, pytest.mark.tf, pytest.mark.timeout(900)]
 #: A hang bound for the stop, not a timing: the measured figure goes to artifacts/hub.json.
 STOP_BOUND = 60.0
 
-#: Trains (an all-reduce every 10 ms) quietly for ``QUIET_SECONDS`` after printing "training", then
-#: prints a line every 2 s for ``TICKS`` lines, then "trained".
+#: How long the activity test's cell trains without printing (s): several of the hub's activity intervals.
 QUIET_SECONDS = 25
-TICKS = 8
-QUIET_THEN_TICKS = f"""%%mwtrain --workers 2
-import time
-import tensorflow as tf
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-
-@tf.function
-def step():
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
-
-def train(seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        step()
-        time.sleep(0.01)
-
-step()
-print("training", flush=True)
-train({QUIET_SECONDS})
-for tick in range({TICKS}):
-    print("tick", tick, flush=True)
-    train(2)
-print("trained", flush=True)
-"""
 
 
 def test_a_server_stopped_mid_training_leaves_no_process_and_the_other_student_goes_on(
@@ -84,41 +59,52 @@ def test_a_server_stopped_mid_training_leaves_no_process_and_the_other_student_g
         kernel.ws.close()
 
 
-def test_what_the_hub_sees_as_activity_while_a_cell_trains_with_no_tab_open(hub: Hub, students: list[Student]) -> None:
+def test_the_hub_sees_a_quiet_training_cell_as_activity_with_no_tab_open(hub: Hub, students: list[Student]) -> None:
     """The hub's ``last_activity`` for the student's server (what jupyterhub-idle-culler reads),
     sampled every second after the student closed the notebook's tab (its websocket) while the cell
-    trains: while the cell prints nothing it stays where the tab left it; once it prints, it moves on
-    (the single-user server reports its kernels' output). With a tab open, the websocket's pings
-    through the proxy (every 30 s) move it too. Samples in artifacts/hub.json ``activity``."""
+    trains printing nothing: mwnotebook's server extension marks the server active while the cluster
+    runs the cell (mwnotebook/server/activity.py, every ACTIVITY_INTERVAL s here, as the hub's
+    reports), so the hub's figure follows the training; once the cell has ended it stays there.
+    Samples in artifacts/hub.json ``activity``."""
     student = students[0]
     hub.start_server(student)
+    hub.forget_training(student)
     kernel = hub.kernel(student)
     try:
         assert kernel.execute("%load_ext mwnotebook", timeout=120).status == "ok"
-        started = kernel.execute(QUIET_THEN_TICKS, timeout=300, until="training")
+        started = kernel.execute(quiet_training(QUIET_SECONDS), timeout=300, until="training")
         assert started.status == "running", started.text[-3000:]
         kernel.ws.close()  # the tab closed: nothing goes through the proxy to this server from now on
         closed = datetime.now(timezone.utc)
-        watch = Watch(lambda: hub.last_activity(student.name), interval=1.0)
-        time.sleep(QUIET_SECONDS - 2)
-        quiet = [value for _, value in watch.samples if not isinstance(value, Exception)]
-        time.sleep(2 + 2 * TICKS + 3 * ACTIVITY_INTERVAL)  # the ticks, and their report reaching the hub
-        samples = [(t, value) for t, value in watch.stop() if not isinstance(value, Exception)]
+        watch = Watch(lambda: (datetime.now(timezone.utc), *hub.last_activity(student.name)), interval=1.0)
+        deadline = time.monotonic() + QUIET_SECONDS + 120  # a hang bound for the cell's end
+        while (ended := hub.cell_ended(student, closed)) is None:
+            assert time.monotonic() < deadline, "the quiet cell never ended"
+            time.sleep(0.5)
+        time.sleep(3 * ACTIVITY_INTERVAL)  # after the cell: the hub's figure must stay put
+        samples = [value for _, value in watch.stop() if not isinstance(value, Exception)]
     finally:
         kernel.close()
-    server_quiet = max(s for _, s in quiet if s is not None)
-    server_end = max(s for _, (_, s) in samples if s is not None)
+    trained = hub.trained_at(student)
+    assert trained is not None, "the quiet cell did not train to its end"
+    during = [(now, server) for now, _, server in samples if server is not None and now <= trained]
+    after = [server for now, _, server in samples if server is not None and now > ended]
+    lag = [(now - server).total_seconds() for now, server in during if now > closed + timedelta(seconds=2)]
+    final = max(after)
     record("activity", {
-        "quiet_s": QUIET_SECONDS, "tab_closed": closed.isoformat(),
-        "server_last_activity_in_quiet_part": server_quiet.isoformat(),
-        "quiet_part_moved_it_s": round((server_quiet - closed).total_seconds(), 1),
-        "server_last_activity_at_end": server_end.isoformat(),
-        "ticks_moved_it_s": round((server_end - closed).total_seconds(), 1),
-        "samples": [(round(t, 1), u.isoformat() if u else None, s.isoformat() if s else None)
-                    for t, (u, s) in samples[::3]],
+        "quiet_s": QUIET_SECONDS, "activity_interval_s": ACTIVITY_INTERVAL, "tab_closed": closed.isoformat(),
+        "training_ended": trained.isoformat(), "cell_ended": ended.isoformat(),
+        "hub_behind_while_training_max_s": round(max(lag), 1),
+        "hub_behind_while_training_mean_s": round(sum(lag) / len(lag), 1),
+        "final_after_cell_end_s": round((final - ended).total_seconds(), 1),
+        "samples": [(now.isoformat(), user.isoformat() if user else None, server.isoformat() if server else None)
+                    for now, user, server in samples[::3]],
     })
-    # A quiet training cell is not activity to the hub: its last activity stays near the tab's close
-    # (a bound for the close's way through the proxy and the hub's poll, not a timing) ...
-    assert server_quiet < closed + timedelta(seconds=ACTIVITY_INTERVAL), (server_quiet, closed)
-    # ... and its output is: the ticks, which start QUIET_SECONDS after "training", moved it on.
-    assert server_end > closed + timedelta(seconds=QUIET_SECONDS - ACTIVITY_INTERVAL), (server_end, closed)
+    # The quiet cell is activity: the hub's figure moved on with the training, never further behind than
+    # the mark's and the report's intervals (a bound, not a timing) ...
+    assert max(server for _, server in during) > closed + timedelta(seconds=QUIET_SECONDS - 3 * ACTIVITY_INTERVAL), (
+        during[-3:], closed)
+    assert max(lag) < 3 * ACTIVITY_INTERVAL + 5, lag
+    # ... and once the cell has ended (the cluster idle), nothing moves it: the culler may end the
+    # server from there (a bound for the hub's report, not a timing).
+    assert final < ended + timedelta(seconds=ACTIVITY_INTERVAL), (final, ended)
