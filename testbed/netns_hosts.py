@@ -31,8 +31,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,9 +46,11 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 NS_PREFIX = "mwnb-"
 
-#: Every session on the test hosts gets this (sshd ``SetEnv``): the hosts share this machine's files,
-#: and their kernels must import the mwnotebook under test, not wherever the editable install points.
-HOST_ENV = {"PYTHONPATH": str(Path(mwnotebook.__file__).resolve().parent.parent)}
+#: The checkout whose mwnotebook is under test (the test hosts share this machine's files).
+CHECKOUT = str(Path(mwnotebook.__file__).resolve().parent.parent)
+#: Every session on the test hosts gets this (sshd ``SetEnv``): their kernels must import the
+#: mwnotebook under test, not wherever the editable install points.
+HOST_ENV = {"PYTHONPATH": CHECKOUT}
 
 
 def setenv_line(env: dict[str, str]) -> str:
@@ -75,6 +81,44 @@ def unavailable_reason() -> str | None:
     if entered.returncode != 0:
         return f"`ip netns exec` failed here: {entered.stderr.strip()}"
     return None
+
+
+#: The "other machine" of the network isolation tests (:func:`peer_namespace`): a veth pair on
+#: 10.214.7.0/30, this side's address and the peer's; traffic only ever goes to the pair's own addresses.
+PEER_LINK_ADDR, PEER_ADDR = "10.214.7.1", "10.214.7.2"
+
+
+@contextmanager
+def peer_namespace() -> Iterator[str]:
+    """A second 'machine': a network namespace linked to this one by a veth pair; yields its name.
+    Raises :class:`RuntimeError` saying why (before anything is made) when this machine cannot make one."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        raise RuntimeError("needs root and iproute2 to make a test host namespace")
+    name = f"mwpeer{uuid.uuid4().hex[:6]}"
+    veth = f"mwv{uuid.uuid4().hex[:6]}"
+    made = _ip("netns", "add", name, check=False)
+    if made.returncode != 0:
+        raise RuntimeError(f"cannot create network namespaces here: {made.stderr.strip()}")
+    try:
+        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name)
+        _ip("addr", "add", f"{PEER_LINK_ADDR}/30", "dev", veth)
+        _ip("link", "set", veth, "up")
+        _ip("-n", name, "addr", "add", f"{PEER_ADDR}/30", "dev", "eth0")
+        _ip("-n", name, "link", "set", "eth0", "up")
+        _ip("-n", name, "link", "set", "lo", "up")
+        yield name
+    finally:
+        _ip("link", "del", veth, check=False)
+        _ip("netns", "del", name, check=False)
+
+
+def reachable_from_peer(namespace: str, port: int) -> bool:
+    """Whether a TCP connection from the peer ``namespace`` to this side's ``port`` opens."""
+    code = (f"import socket\ntry:\n    socket.create_connection(('{PEER_LINK_ADDR}', {port}), timeout=2).close(); "
+            f"print('open')\nexcept OSError as e:\n    print('closed', e)")
+    out = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", code],
+                         capture_output=True, text=True, timeout=30).stdout
+    return out.startswith("open")
 
 
 def ns_pids(netns: str) -> set[int]:

@@ -1,5 +1,7 @@
-"""Process-tree scans: which mwnotebook processes a test left behind, counted, not assumed; and
-ending the processes a fixture started (:func:`tree`, :func:`end_processes`).
+"""Process-tree scans: which mwnotebook processes a test left behind, counted, not assumed
+(:func:`worker_processes`, :func:`descendants`, :class:`OrphanScan`); waiting for processes to end
+(:func:`wait_gone`); and ending the processes a fixture started (:func:`tree`, :func:`end_processes`,
+:func:`kill_all`).
 
 A process whose parent dies is re-parented, normally to init, where a scan of this process's tree
 would no longer see it. :func:`become_subreaper` makes the test process a child subreaper
@@ -11,9 +13,10 @@ by ``getppid()`` changing, which a subreaper does not hide.
 from __future__ import annotations
 
 import ctypes
+import os
+import signal
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Sequence
 
 import psutil
 
@@ -25,7 +28,6 @@ MW_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.netns_
 #: serves every cluster of its process and ends with that process.
 CLUSTER_MODULES = ("mwnotebook.processes.worker_kernel", "mwnotebook.processes.netns_holder")
 PR_SET_CHILD_SUBREAPER = 36
-T = TypeVar("T")
 
 
 def is_worker(proc: psutil.Process, modules: tuple[str, ...] = WORKER_MODULES) -> bool:
@@ -59,12 +61,52 @@ def running(pid: int) -> bool:
         return False
 
 
-def wait_gone(pid: int, timeout: float = 10.0) -> bool:
-    """True once ``pid`` no longer runs, False if it still does after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while running(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not running(pid)
+def wait_gone(pids: int | Iterable[int], timeout: float = 10.0, modules: tuple[str, ...] | None = None,
+              interval: float = 0.05) -> tuple[set[int], float]:
+    """Wait until none of ``pids`` runs; with ``modules``, until none is a live process of those
+    mwnotebook modules (a pid the system gave to another program then counts as gone).
+
+    Returns (those still running, seconds waited): the one wait for processes to end that tests, the
+    test bed and benchmarks use. ``timeout`` is a hang bound, not a timing."""
+    left = {pids} if isinstance(pids, int) else set(pids)
+
+    def still(among: set[int]) -> set[int]:
+        return alive_workers(among, modules) if modules else {pid for pid in among if running(pid)}
+
+    started = time.monotonic()
+    left = still(left)
+    while left and time.monotonic() - started < timeout:
+        time.sleep(interval)
+        left = still(left)
+    return left, time.monotonic() - started
+
+
+def worker_processes(modules: tuple[str, ...] = WORKER_MODULES) -> list[psutil.Process]:
+    """Live mwnotebook processes (by default worker kernels) started, directly or not, by this process.
+
+    Other test runs on the same machine have workers of their own; those are not ours to count."""
+    return [p for p in psutil.Process().children(recursive=True) if is_worker(p, modules)]
+
+
+def descendants(pid: int | None = None, modules: tuple[str, ...] = CLUSTER_MODULES) -> set[int]:
+    """Live mwnotebook processes of ``modules`` below ``pid`` (default: this process); by default
+    worker kernels and namespace holders, ``modules=MW_MODULES`` adds the worker templates."""
+    try:
+        root = psutil.Process(pid) if pid else psutil.Process()
+        return {p.pid for p in root.children(recursive=True) if is_worker(p, modules)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def kill_all(pids: Iterable[int], modules: tuple[str, ...] = MW_MODULES) -> None:
+    """Last-resort clean-up of mwnotebook processes a failed test left behind (ours only, by pid):
+    SIGCONT first (a stopped process must not stay stopped), then SIGKILL."""
+    for pid in alive_workers(pids, modules):
+        try:
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -106,11 +148,6 @@ def become_subreaper() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
-def mw_tree(modules: tuple[str, ...] = MW_MODULES) -> set[int]:
-    """Live mwnotebook processes in this process's tree (its orphans included, once a subreaper)."""
-    return {p.pid for p in psutil.Process().children(recursive=True) if is_worker(p, modules)}
-
-
 class OrphanScan:
     """Scan before, scan after: the mwnotebook processes that appeared and should be gone.
 
@@ -121,25 +158,9 @@ class OrphanScan:
     def __init__(self, keep: Iterable[int] = (), modules: tuple[str, ...] = CLUSTER_MODULES) -> None:
         become_subreaper()
         self.modules = modules
-        self.before = mw_tree(modules) - set(keep)
+        self.before = descendants(None, modules) - set(keep)
 
     def orphans(self, keep: Iterable[int] = (), timeout: float = 10.0) -> set[int]:
         """Processes started since the first scan that are still alive ``timeout`` s later."""
-        keep = set(keep)
-        deadline = time.monotonic() + timeout
-        left = mw_tree(self.modules) - self.before - keep
-        while left and time.monotonic() < deadline:
-            time.sleep(0.1)
-            left = alive_workers(left, self.modules)
-        return left
-
-
-def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:
-    """Poll ``check`` until it returns something truthy and return that; a hang bound, not a timing."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
+        appeared = descendants(None, self.modules) - self.before - set(keep)
+        return wait_gone(appeared, timeout, self.modules, interval=0.1)[0]

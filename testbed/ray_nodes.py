@@ -21,6 +21,7 @@ The head gets ``--num-cpus=0``, so that every worker bundle lands on a worker no
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -137,6 +138,16 @@ class RayTestCluster:
             except psutil.NoSuchProcess:
                 continue
         return pids
+
+    def placement_group_states(self) -> list[str]:
+        """The states of the cluster's placement groups, asked by a driver of its own."""
+        code = (f"import json, ray; ray.init(address={self.address!r}, log_to_driver=False);"
+                "from ray.util import placement_group_table;"
+                "print(json.dumps([g['state'] for g in placement_group_table().values()]))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"the placement group table could not be read: {done.stderr[-2000:]}")
+        return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
     def log_tail(self, pattern: str, chars: int = 3000) -> str:
         """The end of the newest session's log files matching ``pattern`` (for a failure's message)."""

@@ -125,6 +125,21 @@ class SlurmCluster:
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
         return dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
 
+    def down(self, node: str) -> None:
+        """Mark ``node`` down, what slurmctld does to a node it has lost."""
+        self.run("scontrol", "update", f"nodename={node}", "state=down", "reason=mwnotebook-test")
+
+    def resume(self, node: str, timeout: float = 30.0) -> None:
+        """Back in service (the cluster's ReturnToService=2 often does it by itself); ``timeout`` is a
+        generous hang bound: slurmctld answers within a second."""
+        self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        deadline = time.monotonic() + timeout
+        while self.node_states().get(node, "").rstrip("*") not in ("idle", "mixed", "allocated"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Slurm node {node} not back in service after {timeout:.0f} s: "
+                                   f"{self.node_states()}")
+            time.sleep(0.2)
+
     def jobs(self, on_login: bool = False) -> list[str]:
         """Ids of the jobs Slurm still knows as pending or running."""
         out = self.run("squeue", "-h", "-o", "%i %T", check=False, on_login=on_login).stdout

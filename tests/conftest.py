@@ -1,16 +1,17 @@
-"""Fixtures shared by every test layer."""
+"""Fixtures and hooks shared by every test tier. A test never imports a conftest: shared helpers are
+in the test bed (testbed/) or tests/_shared (tests/unit/test_import_rules.py)."""
 
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
-import psutil
 import pytest
 
-from testbed.processes import WORKER_MODULES, alive_workers, is_worker
+from testbed.netns_hosts import peer_namespace
+from testbed.processes import WORKER_MODULES, wait_gone, worker_processes
 
 # The CI rule that every skip fails (when MWNOTEBOOK_NO_SKIPS=1): hooks, imported to be found here.
 from ._plugins.no_skips import pytest_make_collect_report, pytest_runtest_makereport
@@ -19,9 +20,7 @@ from ._plugins.no_skips import pytest_make_collect_report, pytest_runtest_makere
 from ._plugins.reliability_table import pytest_configure, pytest_terminal_summary
 from ._plugins.run_groups import group_of
 
-# The process helpers are imported from here by the tiers' conftests.
-__all__ = ["WORKER_MODULES", "alive_workers", "is_worker", "pytest_configure", "pytest_make_collect_report",
-           "pytest_runtest_makereport", "pytest_terminal_summary"]
+__all__ = ["pytest_configure", "pytest_make_collect_report", "pytest_runtest_makereport", "pytest_terminal_summary"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks into each test's id
@@ -46,28 +45,22 @@ def ctrl_c_raises() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def worker_processes() -> list[psutil.Process]:
-    """Live mwnotebook worker kernels started (directly or not) by this test process.
-
-    Other test runs on the same machine have workers of their own; those are not ours to count.
-    """
-    return [p for p in psutil.Process().children(recursive=True) if is_worker(p)]
-
-
-def wait_for_no_workers(pids: set[int], timeout: float = 10.0) -> set[int]:
-    """Wait until none of ``pids`` is a live worker; return those still alive at the end."""
-    deadline = time.monotonic() + timeout
-    alive = alive_workers(pids)
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
-        alive = alive_workers(alive)
-    return alive
-
-
 @pytest.fixture
 def no_orphans():
     """Fails the test if it leaves worker kernels behind that it did not have before."""
     before = {p.pid for p in worker_processes()}
     yield
-    left = wait_for_no_workers({p.pid for p in worker_processes()} - before, timeout=10)
+    left, _ = wait_gone({p.pid for p in worker_processes()} - before, 10, WORKER_MODULES)
     assert not left, f"worker processes left behind: {sorted(left)}"
+
+
+@pytest.fixture(scope="module")
+def peer_host() -> Iterator[str]:
+    """A second 'machine' for the network isolation tests (tests/integration, tests/tf): a network
+    namespace linked to this one by a veth pair (testbed/netns_hosts.py ``peer_namespace``)."""
+    with ExitStack() as stack:
+        try:
+            name = stack.enter_context(peer_namespace())
+        except RuntimeError as exc:
+            pytest.skip(str(exc))
+        yield name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from ..conftest import worker_processes
+from testbed.processes import WORKER_MODULES, wait_gone, worker_processes
 
 pytestmark = pytest.mark.integration
 
@@ -63,9 +63,7 @@ def test_stop_ends_the_workers(shell, capsys):
     shell.run_cell_magic("mwtrain", "--workers 2 --no-dashboard", "pass")
     pids = {p.pid for p in worker_processes()}
     shell.run_line_magic("mwcluster", "stop")
-    from ..conftest import wait_for_no_workers
-
-    assert not wait_for_no_workers(pids, timeout=5)
+    assert not wait_gone(pids, 5, WORKER_MODULES)[0]
     shell.run_line_magic("mwcluster", "status")
     assert "no cluster is running" in capsys.readouterr().out
 

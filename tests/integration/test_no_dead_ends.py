@@ -23,8 +23,8 @@ from mwnotebook import Cluster
 from mwnotebook.errors import RestartFailedError, WorkerDiedError
 from mwnotebook.frontend.notebook.magics import MWMagics
 from mwnotebook.shared.events import WorkerStateChanged
-
-from ..conftest import wait_for_no_workers, worker_processes
+from testbed.processes import WORKER_MODULES, wait_gone, worker_processes
+from tests._shared.dead_ends import assert_nothing_runs, assert_runs_afresh
 
 pytestmark = pytest.mark.integration
 
@@ -33,26 +33,6 @@ def namespace_holders() -> list[psutil.Process]:
     """This test process's network-namespace holders (other runs on the machine have their own)."""
     return [p for p in psutil.Process().children(recursive=True)
             if "mwnotebook.processes.netns_holder" in " ".join(p.cmdline())]
-
-
-#: A cell each fresh kernel answers with its index.
-FRESH = "print('fresh', __import__('os').environ['MWNOTEBOOK_WORKER_INDEX'])"
-
-
-def assert_nothing_runs(cluster: Cluster, kernels: int = 2) -> None:
-    """The truth between the cells after a failed restart: nothing runs, and the status says so.
-    (Also used by tests/remote/test_no_dead_ends_ssh.py.)"""
-    assert not cluster.started
-    assert [(s.state, s.alive, s.pid) for s in cluster.status()] == [("stopped", False, None)] * kernels
-
-
-def assert_runs_afresh(cluster: Cluster, old_pids: set[int | None], kernels: int = 2) -> None:
-    """The next cell starts a fresh cluster by itself: every kernel answers, none of them an old
-    one, and the status says they are alive and done."""
-    result = cluster.run(FRESH)
-    assert [result.stdout(i) for i in range(kernels)] == [f"fresh {i}\n" for i in range(kernels)]
-    assert all(s.alive and s.state == "done" for s in cluster.status())
-    assert not old_pids & {s.pid for s in cluster.status()}
 
 
 def kill_holder_then_die(holder: int) -> str:
@@ -75,7 +55,7 @@ def test_after_a_failed_restart_the_next_run_starts_a_fresh_cluster() -> None:
             cluster.run(kill_holder_then_die(holders[0].pid))
         assert "namespace" in str(info.value) and "cannot be started again" in str(info.value)
         assert_nothing_runs(cluster)
-        assert not wait_for_no_workers({p for p in first_pids if p is not None})
+        assert not wait_gone({p for p in first_pids if p is not None}, 10, WORKER_MODULES)[0]
         assert_runs_afresh(cluster, first_pids)  # in a new namespace
         assert cluster.network_isolated and len(namespace_holders()) == 1
     assert not namespace_holders() and not worker_processes()
@@ -150,7 +130,7 @@ def test_a_cell_killed_during_its_restart_leaves_a_true_status_and_the_next_cell
         assert pressed
         assert not cluster.started
         assert [(s.state, s.alive) for s in cluster.status()] == [("stopped", False)] * 2
-        assert not wait_for_no_workers({p.pid for p in worker_processes()})
+        assert not wait_gone({p.pid for p in worker_processes()}, 10, WORKER_MODULES)[0]
         flag.unlink()
         result = cluster.run("print('fresh')")
         assert [result.stdout(i) for i in range(2)] == ["fresh\n"] * 2

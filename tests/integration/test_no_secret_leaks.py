@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from mwnotebook import Cluster, ClusterStartError, WorkerError
-
-from ..conftest import worker_processes
+from testbed.processes import worker_processes
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ import psutil
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-from ..conftest import is_worker, wait_for_no_workers
+from testbed.processes import WORKER_MODULES, is_worker, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ def test_workers_end_with_the_notebook_kernel(how):
         else:
             kc.stop_channels()
             km.shutdown_kernel(now=False)
-        assert not wait_for_no_workers(pids, timeout=5), f"workers outlived the notebook kernel's {how}"
+        assert not wait_gone(pids, 5, WORKER_MODULES)[0], f"workers outlived the notebook kernel's {how}"
     finally:
         if km.is_alive():
             kc.stop_channels()

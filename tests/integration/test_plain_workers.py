@@ -12,8 +12,7 @@ import pytest
 
 from mwnotebook import Cluster, ClusterTimeoutError, WorkerDiedError, WorkerError
 from mwnotebook.frontend.text.relay import TextRelay
-
-from ..conftest import alive_workers, wait_for_no_workers, worker_processes
+from testbed.processes import WORKER_MODULES, alive_workers, wait_gone, worker_processes
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +157,7 @@ def test_stop_leaves_no_process():
     pids = {info.pid for info in c.status()}
     assert pids <= {p.pid for p in worker_processes()}
     c.stop()
-    assert not wait_for_no_workers(pids, timeout=5)
+    assert not wait_gone(pids, 5, WORKER_MODULES)[0]
     # and it can start again
     c.start()
     assert c.run("print(2)").stdout(0) == "2\n"
@@ -179,7 +178,7 @@ def test_workers_die_with_their_parent(tmp_path):
         assert len(pids) == 2 and pids <= {p.pid for p in worker_processes()}
         parent.kill()
         parent.wait()
-        assert not wait_for_no_workers(pids, timeout=5)
+        assert not wait_gone(pids, 5, WORKER_MODULES)[0]
     finally:
         parent.kill()
 

@@ -24,6 +24,7 @@ import pytest
 
 from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab, artifacts_path, serve
 from testbed.widget_page import cell_text, dismiss_dialog, run_cell
+from tests._shared.waits import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -119,16 +120,6 @@ def state_files(server: Lab) -> list[dict[str, Any]]:
     return found
 
 
-def wait_until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def running(pids: set[int]) -> set[int]:
     alive = set()
     for pid in pids:
@@ -143,8 +134,8 @@ def running(pids: set[int]) -> set[int]:
 def seen_in_panel(panel: Any, server: Lab, notebook: str, timeout: float = 30.0) -> tuple[Any, float]:
     """The panel's row of ``notebook``'s cluster, and the seconds from its state file's first
     appearance to the row (the file is written when the start begins)."""
-    wait_until(lambda: [d for d in state_files(server) if (d["owner"].get("session_name") or "").endswith(notebook)],
-               180, f"{notebook}'s state file")
+    wait_for(lambda: [d for d in state_files(server) if (d["owner"].get("session_name") or "").endswith(notebook)],
+             180, what=f"{notebook}'s state file")
     first = time.monotonic()
     row = panel.locator(ROW, has_text=notebook)
     row.wait_for(timeout=timeout * 1000)
@@ -169,25 +160,25 @@ def check_flow(browser: Any, server: Lab, app: str, artifacts: Path) -> None:
         LATENCY.setdefault(f"{app}: start begun (state file) -> panel row (s)", []).append(round(seconds, 3))
         workers = output_ints(owner, 1, "worker pid", 2)
         row.locator(".mw-cluster-head").click()
-        wait_until(lambda: {int(t) for t in panel.locator(f"{ROW} .mw-pid").all_inner_texts() if t} == workers,
-                   30, "the workers' pids in the panel")
+        wait_for(lambda: {int(t) for t in panel.locator(f"{ROW} .mw-pid").all_inner_texts() if t} == workers,
+                 30, what="the workers' pids in the panel")
         assert "TF_CONFIG" in panel.locator(f"{ROW} .mw-workers").inner_text()
         panel.screenshot(path=str(artifacts / f"panel_{app}_running.png"))
 
         stop_from_panel(panel, row)
         stopped_at = time.monotonic()
-        wait_until(lambda: not state_files(server), 60, "the state file to go")
+        wait_for(lambda: not state_files(server), 60, what="the state file to go")
         file_gone = time.monotonic()
         panel.locator(ROW).wait_for(state="detached", timeout=30_000)
         LATENCY.setdefault(f"{app}: state file removed -> row gone (s)", []).append(round(time.monotonic() - file_gone, 3))
         LATENCY.setdefault(f"{app}: stop clicked -> row gone (s)", []).append(round(time.monotonic() - stopped_at, 3))
-        wait_until(lambda: not running(workers), 30, "the workers to end")
+        wait_for(lambda: not running(workers), 30, what="the workers to end")
         panel.screenshot(path=str(artifacts / f"panel_{app}_stopped.png"))
 
         run_cell(owner, 1, retry_s=60)  # the next %%mwtrain: fresh workers
-        fresh = wait_until(lambda: {int(p) for p in re.findall(r"worker pid (\d+)", cell_text(owner, 1))} - workers
-                           if len(re.findall(r"worker pid (\d+)", cell_text(owner, 1))) >= 2 else None, 180,
-                           "fresh workers' output")
+        fresh = wait_for(lambda: {int(p) for p in re.findall(r"worker pid (\d+)", cell_text(owner, 1))} - workers
+                         if len(re.findall(r"worker pid (\d+)", cell_text(owner, 1))) >= 2 else None, 180,
+                         what="fresh workers' output")
         assert len(fresh) == 2 and not fresh & workers
         row, _ = seen_in_panel(panel, server, owner_name)
 
@@ -219,7 +210,7 @@ def test_lab_panel_shows_two_clusters_with_their_workers(browser: Any, lab: Lab,
         rows = [seen_in_panel(panel, lab, name)[0] for name in names]
         for row in rows:
             row.locator(".mw-cluster-head").click()
-        wait_until(lambda: panel.locator(f"{ROW} .mw-worker").count() == 3, 10, "three worker rows")
+        wait_for(lambda: panel.locator(f"{ROW} .mw-worker").count() == 3, 10, what="three worker rows")
         panel.locator(f"{ROW} .mw-tfconfig-label").first.click()
         panel.locator(f"{ROW} .mw-tfconfig pre").first.wait_for(timeout=5_000)
         assert json.loads(panel.locator(f"{ROW} .mw-tfconfig pre").first.inner_text())["task"]["type"] == "worker"
@@ -227,7 +218,7 @@ def test_lab_panel_shows_two_clusters_with_their_workers(browser: Any, lab: Lab,
         for row in rows:
             stop_from_panel(panel, row)
             row.wait_for(state="detached", timeout=60_000)
-        wait_until(lambda: not state_files(lab), 30, "no state file")
+        wait_for(lambda: not state_files(lab), 30, what="no state file")
     finally:
         for page in (*owners, panel):
             page.close()
@@ -248,18 +239,18 @@ def test_lab_panel_shows_and_stops_a_cluster_started_in_the_background(browser: 
         run_cell(owner, 0)
         run_cell(owner, 1, retry_s=60)
         row, _ = seen_in_panel(panel, lab, name)
-        ready = wait_until(lambda: [d for d in state_files(lab) if d["state"] == "idle" and len(d["workers"]) == 2
-                                    and all(w["pid"] for w in d["workers"])], 180, "the warm cluster's workers")
+        ready = wait_for(lambda: [d for d in state_files(lab) if d["state"] == "idle" and len(d["workers"]) == 2
+                                    and all(w["pid"] for w in d["workers"])], 180, what="the warm cluster's workers")
         workers = {w["pid"] for w in ready[0]["workers"]}
         assert running(workers) == workers
         row.locator(".mw-cluster-head").click()
-        wait_until(lambda: {int(t) for t in panel.locator(f"{ROW} .mw-pid").all_inner_texts() if t} == workers,
-                   30, "the warm cluster's pids in the panel")
+        wait_for(lambda: {int(t) for t in panel.locator(f"{ROW} .mw-pid").all_inner_texts() if t} == workers,
+                 30, what="the warm cluster's pids in the panel")
         panel.screenshot(path=str(artifacts / "panel_lab_background_start.png"))
         stop_from_panel(panel, row)
-        wait_until(lambda: not state_files(lab), 60, "the state file to go")
+        wait_for(lambda: not state_files(lab), 60, what="the state file to go")
         panel.locator(ROW).wait_for(state="detached", timeout=30_000)
-        wait_until(lambda: not running(workers), 30, "the warm cluster's workers to end")
+        wait_for(lambda: not running(workers), 30, what="the warm cluster's workers to end")
     finally:
         dismiss_dialog(owner)
         owner.close()

@@ -17,9 +17,8 @@ import pytest
 
 from mwnotebook import Cluster, ClusterRunError
 from mwnotebook.registry import control, orphans, state
-from testbed import processes
-
-from ..conftest import alive_workers, wait_for_no_workers
+from testbed.processes import WORKER_MODULES, alive_workers, wait_gone
+from tests._shared.waits import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,10 +27,6 @@ pytestmark = pytest.mark.integration
 def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "rt"))
     return tmp_path / "rt" / "mwnotebook"
-
-
-def wait_for(check: Any, timeout: float = 30.0) -> Any:
-    return processes.wait_for(check, timeout)
 
 
 def documents(directory: Path) -> list[dict[str, Any]]:
@@ -88,7 +83,7 @@ def test_a_stop_through_the_channel_ends_a_running_cell_and_the_next_cell_starts
         cell.join(60)
         assert not cell.is_alive() and errors and isinstance(errors[0], ClusterRunError)
         wait_for(lambda: not cluster.started and os.listdir(runtime) == [])
-        assert wait_for_no_workers(first) == set()
+        assert wait_gone(first, 10, WORKER_MODULES)[0] == set()
         assert cluster.run("print('fresh')").stdout(0) == "fresh\n"
         assert not {w.pid for w in cluster.status()} & first
         assert len(documents(runtime)) == 1
@@ -106,7 +101,7 @@ def test_a_restart_and_an_interrupt_through_the_channel(runtime: Path) -> None:
         fresh = wait_for(lambda: [d for d in documents(runtime)
                                   if d["workers"] and d["state"] == "idle" and not {w["pid"] for w in d["workers"]} & first])
         assert {w["pid"] for w in fresh[0]["workers"]} == {w.pid for w in cluster.status()}
-        assert alive_workers(first) == set() or wait_for_no_workers(first) == set()
+        assert alive_workers(first) == set() or wait_gone(first, 10, WORKER_MODULES)[0] == set()
         errors: list[BaseException] = []
         cell = threading.Thread(target=lambda: errors.append(pytest.raises(ClusterRunError, cluster.run,
                                                                            "import time; time.sleep(60)").value))
@@ -159,5 +154,5 @@ def test_an_owner_that_exits_without_stopping_leaves_no_file(runtime: Path) -> N
                           env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime.parent)})
     assert done.returncode == 0, done.stderr
     pids = {int(p) for p in done.stdout.split()}
-    assert len(pids) == 2 and wait_for_no_workers(pids) == set()
+    assert len(pids) == 2 and wait_gone(pids, 10, WORKER_MODULES)[0] == set()
     assert os.listdir(runtime) == []

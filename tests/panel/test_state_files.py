@@ -16,7 +16,7 @@ from mwnotebook.config.spec import ClusterSpec
 from mwnotebook.registry import control, orphans, processes, state
 from mwnotebook.registry.publication import Publication
 from mwnotebook.shared.events import RunRestarted, WorkerOutput, WorkerStateChanged
-from testbed import processes as test_processes
+from tests._shared.waits import wait_for
 
 NOBODY = 65534
 
@@ -26,10 +26,6 @@ def directory(tmp_path: Path) -> Path:
     d = tmp_path / "mwnotebook"
     state.ensure_dir(d)
     return d
-
-
-def wait_for(check: Any, timeout: float = 10.0) -> Any:
-    return test_processes.wait_for(check, timeout)
 
 
 def sleeper(new_session: bool = True) -> subprocess.Popen[bytes]:

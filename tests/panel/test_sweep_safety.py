@@ -23,7 +23,7 @@ import pytest
 
 from mwnotebook.registry import control, orphans, processes, state
 from mwnotebook.server.service import STATUS, ClusterService, ServiceError
-from testbed import processes as test_processes
+from tests._shared.waits import wait_for
 
 OWNER = textwrap.dedent("""
     import asyncio, json, sys, time
@@ -34,10 +34,7 @@ OWNER = textwrap.dedent("""
 
     spec = ClusterSpec(**json.loads(sys.argv[1]))
     pid, job, directory = int(sys.argv[2]), json.loads(sys.argv[3]), Path(sys.argv[4])
-    if spec.backend == "ray":
-        from mwnotebook.launchers.ray.launcher import RayKernelHandle as Handle
-    else:
-        from mwnotebook.launchers.slurm.kernel_handle import SlurmKernelHandle as Handle
+    from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle as Handle  # Ray's and Slurm's
 
     class Worker:
         def __init__(self, index):
@@ -106,7 +103,7 @@ def published_then_owner_killed(directory: Path, spec: dict[str, Any], pid: int,
     try:
         assert owner.stdout is not None
         path = Path(owner.stdout.readline().strip())
-        document = test_processes.wait_for(lambda: (d := state.read_state(path)) and d["workers"] and d, 30)
+        document = wait_for(lambda: (d := state.read_state(path)) and d["workers"] and d, 30)
     finally:
         owner.kill()  # SIGKILL: no atexit, the file stays
         owner.wait()
@@ -147,7 +144,7 @@ def test_a_dead_owners_remote_workers_are_never_signalled_and_only_our_job_is_ca
             assert scancel.read_text().split() == [job["job_id"]]  # type: ignore[index]
         else:
             assert shown["cleanup"] == [] and not scancel.exists()
-        test_processes.wait_for(lambda: orphans.sweep_one(path, state.read_state(path) or document) is None, 10)
+        wait_for(lambda: orphans.sweep_one(path, state.read_state(path) or document) is None, 10)
         assert local.poll() is None
     finally:
         ended(local)
@@ -273,7 +270,7 @@ def test_a_publications_writer_never_sweeps_other_kernels_files(directory: Path)
         publication.watch(None)
         publication.settled()
         own = publication.path
-        assert own is not None and test_processes.wait_for(lambda: (d := state.read_state(own)) and d["state"] == "idle")
+        assert own is not None and wait_for(lambda: (d := state.read_state(own)) and d["state"] == "idle")
         assert "orphaned_at" not in (state.read_state(other) or {}) and worker.poll() is None
     finally:
         publication.stopped()
@@ -288,7 +285,7 @@ def test_a_kernel_sweeps_once_when_the_extension_loads(directory: Path, monkeypa
         other = dead_owners_file(directory, worker)
         assert orphans.sweep_once(directory) is True
         assert worker.wait(10) == -signal.SIGKILL  # the dead owner's local worker, by its start time
-        test_processes.wait_for(lambda: (state.read_state(other) or {}).get("state") == "orphaned")
+        wait_for(lambda: (state.read_state(other) or {}).get("state") == "orphaned")
         assert orphans.sweep_once(directory) is False
     finally:
         ended(worker)

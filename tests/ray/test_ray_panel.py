@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 
 from mwnotebook.registry import orphans, state
-from testbed import processes, ray_nodes
+from testbed import ray_nodes
+from tests._shared.waits import wait_for
 
 
 def running(pid: int) -> bool:
@@ -41,7 +42,7 @@ def test_a_killed_notebooks_ray_workers_are_not_signalled_by_the_sweep_and_ray_e
                                 env={**os.environ, **ray_env.env(), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")})
     try:
         assert notebook.stdout is not None and notebook.stdout.readline().strip() == "started"
-        path, doc = processes.wait_for(lambda: [(p, d) for p, d in state.read_all(directory)
+        path, doc = wait_for(lambda: [(p, d) for p, d in state.read_all(directory)
                                                 if d["state"] == "idle" and d["workers"]
                                                 and all(w["pid"] for w in d["workers"])], 30)[0]
         kernels = [w["pid"] for w in doc["workers"]]
@@ -51,8 +52,8 @@ def test_a_killed_notebooks_ray_workers_are_not_signalled_by_the_sweep_and_ray_e
         shown = orphans.sweep_one(path, doc)
         assert shown is not None and shown["state"] == "orphaned" and shown["cleanup"] == []
         assert doc["engine"] == "ray" and not any(w["local"] or w["pid_start"] for w in doc["workers"])
-        processes.wait_for(lambda: not ray_env.actor_pids() and not any(running(p) for p in kernels), 60)
-        processes.wait_for(lambda: orphans.sweep_one(path, state.read_state(path) or doc) is None, 15)
+        wait_for(lambda: not ray_env.actor_pids() and not any(running(p) for p in kernels), 60)
+        wait_for(lambda: orphans.sweep_one(path, state.read_state(path) or doc) is None, 15)
     finally:
         if notebook.poll() is None:
             notebook.kill()

@@ -32,8 +32,8 @@ from mwnotebook.config.options import add_cluster_arguments, spec_from_options
 from mwnotebook.errors import ConfigError
 from mwnotebook.launchers.ray.launcher import RayLauncher
 from testbed import ray_nodes
-from testbed.seed_cell import SEED_CELL, expected_line
-from tests.ray.test_ray_workers import WHERE_LINE, placement_groups, wait_until
+from testbed.seed_cell import SEED_CELL, WHERE_LINE, expected_line
+from tests._shared.waits import wait_until
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -206,13 +206,13 @@ def test_the_seed_through_ray_client_and_ssh_forwards(laptop: HeadSSH, ray_env: 
                 assert (handle.host, own[name]) in targets, (name, own, targets)
     assert wait_until(lambda: not laptop.sessions(), 15), laptop.sessions()
     assert wait_until(lambda: not ray_env.actor_pids(), 30), ray_env.actor_pids()
-    assert all(state == "REMOVED" for state in placement_groups(ray_env.address))
+    assert all(state == "REMOVED" for state in ray_env.placement_group_states())
 
 
 def test_a_refused_ssh_host_fails_before_anything_is_placed(laptop: HeadSSH, ray_env: ray_nodes.RayTestCluster) -> None:
     import ray
 
-    groups = placement_groups(ray_env.address)
+    groups = ray_env.placement_group_states()
     started = time.monotonic()
     with pytest.raises(ClusterStartError) as info:
         with Cluster(ray=ray_env.address, ray_ssh=laptop.refused, cpu=True) as cluster:
@@ -221,7 +221,7 @@ def test_a_refused_ssh_host_fails_before_anything_is_placed(laptop: HeadSSH, ray
     text = str(info.value)
     assert text.startswith(f"--ray-ssh {laptop.refused}: ") and "refused" in text.lower(), text
     assert not ray.is_initialized()  # Ray was never asked: nothing placed
-    assert placement_groups(ray_env.address) == groups
+    assert ray_env.placement_group_states() == groups
     assert not ray_env.actor_pids()
 
 
@@ -261,5 +261,5 @@ def test_a_lost_ssh_connection_is_a_lost_cluster(laptop: HeadSSH, ray_env: ray_n
         assert [result.stdout(i).split() for i in range(2)] == [["again"], ["again"]]
         assert "--ray-ssh rayhead: the SSH connection was lost" in caplog.text, caplog.text
     assert wait_until(lambda: not ray_env.actor_pids(), 30), ray_env.actor_pids()
-    assert all(state == "REMOVED" for state in placement_groups(ray_env.address))
+    assert all(state == "REMOVED" for state in ray_env.placement_group_states())
     assert all(pid is not None and not psutil.pid_exists(pid) for pid in pids), pids

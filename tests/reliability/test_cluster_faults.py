@@ -15,8 +15,10 @@ import time
 import pytest
 
 from mwnotebook import Cluster, ClusterTimeoutError, WorkerDiedError, WorkerError
+from testbed.processes import MW_MODULES, alive_workers, kill_all, wait_gone
+from tests._plugins.reliability_table import record
 
-from .conftest import LONG_FIT, CellThread, alive_mw, kill_all, record, seed_lines_ok, wait_for_file, wait_gone
+from .scenario import LONG_FIT, CellThread, seed_lines_ok, wait_for_file
 
 pytestmark = [pytest.mark.reliability, pytest.mark.tf]
 
@@ -28,7 +30,7 @@ def cluster():
     yield c
     pids = {info.pid for info in c.status() if info.pid}
     c.stop()
-    kill_all(wait_gone(pids, timeout=5)[0])
+    kill_all(wait_gone(pids, timeout=5, modules=MW_MODULES)[0])
 
 
 def _pids(cluster: Cluster) -> set[int]:
@@ -64,7 +66,7 @@ def test_1_worker_raises_mid_fit(cluster, seed_code, tmp_path):
     failed_s = cell.ended_wall - raised_at
     detected_s = None if cell.first_failure_wall is None else cell.first_failure_wall - raised_at
     err = cell.error
-    others_stopped = not alive_mw(old)
+    others_stopped = not alive_workers(old, MW_MODULES)
     orphans = _orphans(old, cluster)
     recovered, rec_s = _recover(cluster, seed_code)
     record("1 worker raises mid-fit", limit_s=10, detected_s=detected_s, failed_s=failed_s,
@@ -121,7 +123,7 @@ def test_3_sigstop_of_a_worker(cluster, seed_code, tmp_path):
         os.kill(victim, signal.SIGSTOP)
         cell.join(120)
     finally:
-        if victim in alive_mw({victim}):  # never leave a stopped process behind
+        if victim in alive_workers({victim}, MW_MODULES):  # never leave a stopped process behind
             os.kill(victim, signal.SIGCONT)
     detected_s, failed_s = cell.since(t0)
     err = cell.error
@@ -134,7 +136,7 @@ def test_3_sigstop_of_a_worker(cluster, seed_code, tmp_path):
     assert err is not None and failed_s is not None
     assert failed_s < 20, f"the cell failed {failed_s:.1f} s after SIGSTOP"  # a detection time the fault scenarios set (the reliability table's limit column): a hang bound
     assert "worker 1" in str(err)  # the frozen worker is named (today after worker 0's UnavailableError)
-    assert victim not in alive_mw({victim}), "the stopped worker was not replaced"
+    assert victim not in alive_workers({victim}, MW_MODULES), "the stopped worker was not replaced"
     assert orphans == 0
     assert recovered
 

@@ -19,8 +19,11 @@ import pytest
 from IPython.core.error import UsageError
 
 from mwnotebook import Cluster, ClusterSpec, ClusterStartError, ConfigError, MWNotebookError, WorkerError
+from testbed.notebook_kernel import ROOT
+from testbed.processes import MW_MODULES, descendants, kill_all, wait_gone
+from tests._plugins.reliability_table import record
 
-from .conftest import ROOT, CellThread, kill_all, mw_descendants, record, wait_gone
+from .scenario import CellThread
 
 pytestmark = [pytest.mark.reliability, pytest.mark.tf]
 
@@ -49,9 +52,9 @@ def python_without_tf() -> str:
 
 
 def test_9a_tensorflow_missing_in_the_worker_python(python_without_tf):
-    before = mw_descendants()
+    before = descendants()
     with Cluster(workers=2, cpu=True, python=python_without_tf) as cluster:
-        pids = mw_descendants() - before
+        pids = descendants() - before
         cell = CellThread(cluster, "import tensorflow as tf\nstrategy = tf.distribute.MultiWorkerMirroredStrategy()\n",
                           timeout=60)
         cell.join(90)
@@ -61,7 +64,7 @@ def test_9a_tensorflow_missing_in_the_worker_python(python_without_tf):
             recovered = cluster.run("print('still usable')", timeout=30).stdout(1) == "still usable\n"
         except MWNotebookError:
             recovered = False
-    left, _ = wait_gone(pids, timeout=5)
+    left, _ = wait_gone(pids, timeout=5, modules=MW_MODULES)
     kill_all(left)
     text = "" if err is None else str(err) + "\n" + "\n".join(getattr(err, "_render_traceback_", lambda: [])())
     told = "TensorFlow is not installed in the worker's Python" in text and "--python" in text
@@ -75,11 +78,11 @@ def test_9a_tensorflow_missing_in_the_worker_python(python_without_tf):
 
 
 def test_9a_tensorflow_missing_with_preload_fails_at_start(python_without_tf):
-    before = mw_descendants()
+    before = descendants()
     cluster = Cluster(workers=2, cpu=True, preload=True, python=python_without_tf)
     with pytest.raises(ClusterStartError) as info:
         cluster.start()
-    left, _ = wait_gone(mw_descendants() - before, timeout=5)
+    left, _ = wait_gone(descendants() - before, timeout=5)
     kill_all(left)
     assert "tensorflow" in str(info.value) and "TensorFlow is not installed" in str(info.value)
     assert not left
@@ -141,7 +144,7 @@ def test_10_garbage_in(monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "mwnotebook")
-    before = mw_descendants()
+    before = descendants()
     problems: list[str] = []
     started = time.monotonic()
 
@@ -156,11 +159,11 @@ def test_10_garbage_in(monkeypatch, tmp_path):
             problems.append(f"{label}: raised {type(exc).__name__}: {str(exc)[:200]}")
         else:
             problems.append(f"{label}: accepted")
-        new = mw_descendants() - before
+        new = descendants() - before
         if new:
             problems.append(f"{label}: started processes {sorted(new)}")
             kill_all(new)
-            wait_gone(new, timeout=5)
+            wait_gone(new, timeout=5, modules=MW_MODULES)
         dirs = _our_runtime_dirs(tmp_path)
         if dirs:
             problems.append(f"{label}: left runtime directories {sorted(dirs)}")

@@ -10,15 +10,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 
 import psutil
 import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.errors import WorkerError
-
-from .conftest import Notebook, kill_all, record
+from testbed.notebook_kernel import Notebook
+from testbed.processes import kill_all, wait_gone
+from tests._plugins.reliability_table import record
 
 pytestmark = [pytest.mark.reliability]
 
@@ -42,18 +42,9 @@ def _alive(pids: set[int]) -> set[int]:
     return alive
 
 
-def _wait_gone(pids: set[int], timeout: float = 10.0) -> tuple[set[int], float]:
-    t0 = time.monotonic()
-    left = _alive(pids)
-    while left and time.monotonic() - t0 < timeout:
-        time.sleep(0.05)
-        left = _alive(left)
-    return left, time.monotonic() - t0
-
-
 def _check(scenario: str, pids: set[int]) -> None:
     assert len(pids) == 2, f"the cell did not report two grandchildren: {pids}"
-    left, seconds = _wait_gone(pids)
+    left, seconds = wait_gone(pids, 10)
     kill_all(left)
     record(scenario, limit_s=10, failed_s=seconds, orphans=len(left), note="grandchild sleep processes")
     assert not left, f"{scenario}: grandchildren {sorted(left)} survived"

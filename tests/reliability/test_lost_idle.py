@@ -27,9 +27,10 @@ from typing import Any
 import pytest
 
 from mwnotebook import Cluster
-from testbed.processes import OrphanScan
+from testbed.processes import CLUSTER_MODULES, MW_MODULES, OrphanScan, wait_gone
+from tests._plugins.reliability_table import record
 
-from .conftest import CLUSTER_MODULES, CellThread, record, wait_gone
+from .scenario import CellThread
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(600)]
 
@@ -207,5 +208,5 @@ def test_in_a_notebook_a_lost_idle_ends_the_cell_with_every_labelled_line(notebo
     assert nb.workers(CLUSTER_MODULES) == workers  # the same workers: no restart was needed
     reply, _, _ = nb.execute("%mwcluster stop", timeout=60)
     assert reply["content"]["status"] == "ok"
-    left, _ = wait_gone(workers, timeout=10)
+    left, _ = wait_gone(workers, timeout=10, modules=MW_MODULES)
     assert not left, f"worker processes left after the stop: {sorted(left)}"

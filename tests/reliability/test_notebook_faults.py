@@ -20,18 +20,10 @@ import psutil
 import pytest
 
 from mwnotebook import Cluster
+from testbed.processes import CLUSTER_MODULES, MW_MODULES, WORKER_MODULES, descendants, kill_all, wait_gone
+from tests._plugins.reliability_table import record
 
-from .conftest import (
-    CLUSTER_MODULES,
-    LONG_FIT,
-    WORKER_KERNELS,
-    kill_all,
-    mw_descendants,
-    record,
-    seed_lines_ok,
-    wait_gone,
-    worker_lines,
-)
+from .scenario import LONG_FIT, seed_lines_ok, worker_lines
 
 pytestmark = [pytest.mark.reliability, pytest.mark.tf]
 
@@ -55,11 +47,11 @@ def test_5_notebook_interrupt_during_fit(shared_notebook, seed_code, tmp_path):
     stamp = tmp_path / "batch5"
     msg_id = nb.submit(MWTRAIN + LONG_FIT.format(stamp=str(stamp), fault=""))
     _wait_for_training(nb, msg_id, stamp)
-    old = nb.workers(WORKER_KERNELS)
+    old = nb.workers(WORKER_MODULES)
     assert len(old) == 2
     t0_wall, t0 = time.time(), time.monotonic()
     nb.km.interrupt_kernel()  # the notebook's stop button
-    left, stopped_s = wait_gone(old, timeout=15)
+    left, stopped_s = wait_gone(old, timeout=15, modules=MW_MODULES)
     reply, text, _ = nb.collect(msg_id, timeout=60)
     reply_s = reply["header"]["date"].timestamp() - t0_wall if isinstance(reply["header"]["date"], dt.datetime) \
         else time.monotonic() - t0
@@ -81,9 +73,9 @@ def test_6_sigkill_of_the_notebook_kernel(notebook_factory, tmp_path):
     msg_id = nb.submit(MWTRAIN + LONG_FIT.format(stamp=str(stamp), fault=""))
     _wait_for_training(nb, msg_id, stamp)
     pids = nb.workers()  # worker kernels and the namespace holder, if any
-    assert len(nb.workers(WORKER_KERNELS)) == 2
+    assert len(nb.workers(WORKER_MODULES)) == 2
     os.kill(nb.pid, signal.SIGKILL)
-    left, gone_s = wait_gone(pids, timeout=15)
+    left, gone_s = wait_gone(pids, timeout=15, modules=MW_MODULES)
     kill_all(left)
     record("6 SIGKILL of the notebook kernel", limit_s=5, failed_s=gone_s, orphans=len(left),
            note=f"failed s = last of {len(pids)} mwnotebook processes gone")
@@ -163,14 +155,14 @@ def test_8a_tf_ports_taken_by_another_process(seed_code):
     try:
         taken = {int(p) for p in holder.stdout.readline().split()}
         assert len(taken) == 200
-        before = mw_descendants()
+        before = descendants()
         t0 = time.monotonic()
         with Cluster(workers=2, cpu=True, network="host") as cluster:
             ports = {int(a.rsplit(":", 1)[1]) for a in cluster.tf_configs[0]["cluster"]["worker"]}
             result = cluster.run(seed_code, timeout=180)
             ok = seed_lines_ok([result.stdout(i) for i in range(2)])
-            pids = mw_descendants() - before
-        left, _ = wait_gone(pids, timeout=5)
+            pids = descendants() - before
+        left, _ = wait_gone(pids, timeout=5, modules=MW_MODULES)
         kill_all(left)
         record("8a TF ports taken by another process", recovered=ok and not ports & taken, orphans=len(left),
                note=f"--network host; cluster ports {sorted(ports)}; {time.monotonic() - t0:.1f} s")
@@ -215,12 +207,12 @@ def test_8b_two_notebooks_start_clusters_at_the_same_moment(notebook_factory, se
     elapsed = time.monotonic() - t0
     ok = {n: out.get(n) is not None and out[n][0]["content"]["status"] == "ok"
           and sorted(worker_lines(out[n][1])) == EXPECTED for n in ("a", "b")}
-    wa, wb = a.workers(WORKER_KERNELS), b.workers(WORKER_KERNELS)
+    wa, wb = a.workers(WORKER_MODULES), b.workers(WORKER_MODULES)
     ports_a, ports_b = _tf_ports(a), _tf_ports(b)
     everything = a.workers(CLUSTER_MODULES) | b.workers(CLUSTER_MODULES)  # the templates stay with their notebooks
     for nb in (a, b):
         nb.execute("%mwcluster stop", timeout=30)
-    left, _ = wait_gone(everything, timeout=5)
+    left, _ = wait_gone(everything, timeout=5, modules=MW_MODULES)
     kill_all(left)
     shared = ports_a & ports_b
     record("8b two notebooks start clusters at once", recovered=all(ok.values()), orphans=len(left),

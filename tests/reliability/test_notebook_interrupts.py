@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import WORKER_KERNELS, kill_all, record, wait_gone
+from testbed.processes import MW_MODULES, WORKER_MODULES, kill_all, wait_gone
+from tests._plugins.reliability_table import record
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -46,22 +47,22 @@ def test_second_ctrl_c_kills_the_workers_and_the_next_cell_runs(notebook_factory
     stamp = tmp_path / "w"
     msg_id = nb.submit(MWTRAIN + STUBBORN.format(stamp=str(stamp)))
     _wait_files([tmp_path / f"w.ready.{i}" for i in range(2)], timeout=180)
-    old = nb.workers(WORKER_KERNELS)
+    old = nb.workers(WORKER_MODULES)
     assert len(old) == 2, old
 
     nb.km.interrupt_kernel()  # first press of the stop button: every worker is interrupted...
     _wait_files([tmp_path / f"w.int1.{i}" for i in range(2)], timeout=60)
     time.sleep(1.0)  # ...and each one ignored it: still alive a second later
-    assert wait_gone(old, timeout=0)[0] == old, "the first Ctrl-C alone must not kill the workers"
+    assert wait_gone(old, timeout=0, modules=MW_MODULES)[0] == old, "the first Ctrl-C alone must not kill the workers"
 
     t0 = time.monotonic()
     nb.km.interrupt_kernel()  # second press: the workers are killed
-    left, gone_s = wait_gone(old, timeout=30)
+    left, gone_s = wait_gone(old, timeout=30, modules=MW_MODULES)
     reply, text, _ = nb.collect(msg_id, timeout=60)
     failed_s = time.monotonic() - t0
     nxt, next_text, _ = nb.execute(MWTRAIN + "import os\nprint('after', os.environ['MWNOTEBOOK_WORKER_INDEX'])",
                                    timeout=180)
-    new = nb.workers(WORKER_KERNELS)
+    new = nb.workers(WORKER_MODULES)
     recovered = (nxt["content"]["status"] == "ok" and "[worker 0] after 0" in next_text
                  and "[worker 1] after 1" in next_text)
     kill_all(left)

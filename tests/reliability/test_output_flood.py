@@ -19,8 +19,7 @@ import pytest
 
 from mwnotebook import Cluster
 from testbed.processes import OrphanScan
-
-from .conftest import record
+from tests._plugins.reliability_table import record
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.timeout(1800)]
 

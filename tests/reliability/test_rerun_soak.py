@@ -40,8 +40,10 @@ import pytest
 from mwnotebook import Cluster
 from mwnotebook.errors import ClusterRunError, ClusterTimeoutError
 from testbed.processes import OrphanScan
+from testbed.seed_cell import expected_line
+from tests._plugins.reliability_table import record
 
-from .conftest import DATA, SEED_LINE, record
+from .scenario import DATA
 
 #: ~20 reruns take ~30 s on an idle 2-core machine, several times that when it is shared; each
 #: rerun has its own timeout, so the project's 600 s per-test limit would only cut a healthy soak short.
@@ -90,7 +92,7 @@ def cluster():
 
 def test_warm_reruns_of_the_unchanged_seed_cell(cluster, seed_code):
     counts, outputs, failures, orphans = _soak(cluster, seed_code, SEED_RERUNS)
-    expected = "\n".join(SEED_LINE.format(i=i) for i in range(2))
+    expected = "\n".join(expected_line(i) for i in range(2))
     record(f"12.1 seed cell x{SEED_RERUNS} warm reruns", orphans=orphans, recovered=None,
            note=f"{dict(counts)}; distinct outputs {len(outputs)}", ok=counts["ok"] == SEED_RERUNS)
     assert counts["ok"] == SEED_RERUNS, f"{dict(counts)}\n" + "\n".join(failures[:3])

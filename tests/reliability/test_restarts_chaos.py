@@ -25,8 +25,8 @@ from mwnotebook import Cluster, WorkerDiedError
 from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import Event, EventSink
 from testbed.chaos import Killer, final_line, fit_cell, loop_cell, random_plan
-
-from .conftest import kill_all, mw_descendants, record, wait_gone
+from testbed.processes import MW_MODULES, descendants, kill_all, wait_gone
+from tests._plugins.reliability_table import record
 
 pytestmark = [pytest.mark.reliability, pytest.mark.tf, pytest.mark.slow]
 
@@ -38,12 +38,12 @@ HANG_BOUND = 300  # seconds per attempt: only catches a hang
 
 @pytest.fixture(scope="module")
 def cluster():
-    before = mw_descendants()
+    before = descendants()
     c = Cluster(workers=2, cpu=True)
     c.start()
     yield c
     c.stop()
-    left, _ = wait_gone(mw_descendants() - before, timeout=10)
+    left, _ = wait_gone(descendants() - before, timeout=10)
     kill_all(left)
     assert not left, f"worker processes left behind: {sorted(left)}"
 
@@ -83,7 +83,7 @@ def _chaos(cluster: Cluster, cell: str, reference_cell: str, steps: int, name: s
     relay.flush()
     ended = [final_line(result.stdout(i)) for i in range(2)]
     old = (first_pids | {k.pid for k in killer.kills}) - _pids(cluster)
-    left, _ = wait_gone(old, timeout=10)
+    left, _ = wait_gone(old, timeout=10, modules=MW_MODULES)
     kill_all(left)
     record(f"restarts: {name}", detected_s=None, failed_s=None, recovered=ended == expected, orphans=len(left),
            note=f"kills {[(k.worker, k.when) for k in killer.kills]}, kill->training {killer.kill_to_training()} s, "

@@ -14,8 +14,7 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.errors import ClusterTimeoutError
-
-from .conftest import record
+from tests._plugins.reliability_table import record
 
 pytestmark = [pytest.mark.reliability, pytest.mark.tf]
 

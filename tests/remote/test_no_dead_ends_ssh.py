@@ -1,5 +1,5 @@
-"""No dead ends over SSH (tests/integration/test_no_dead_ends.py is the local version, whose checks
-are imported here): a worker host that drops off the network mid-cell and stays away longer than
+"""No dead ends over SSH (tests/integration/test_no_dead_ends.py is the local version; both use the
+checks of tests/_shared/dead_ends.py): a worker host that drops off the network mid-cell and stays away longer than
 fresh workers can wait for it.
 
 * ``--max-restarts 1``: the restart tries to start fresh workers for ``host_wait`` (60 s:
@@ -29,7 +29,7 @@ from mwnotebook.errors import RestartFailedError, WorkerDiedError
 from mwnotebook.frontend.notebook.magics import MWMagics
 from mwnotebook.shared.events import Event, WorkerOutput
 from testbed import netns_hosts
-from tests.integration.test_no_dead_ends import assert_nothing_runs, assert_runs_afresh
+from tests._shared.dead_ends import assert_nothing_runs, assert_runs_afresh
 
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(600)]
 

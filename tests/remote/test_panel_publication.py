@@ -15,14 +15,11 @@ import pytest
 
 from mwnotebook import Cluster
 from mwnotebook.registry import control, orphans, state
-from testbed import netns_hosts, processes
+from testbed import netns_hosts
+from tests._shared.waits import wait_for
 
 pytestmark = pytest.mark.remote
 
-
-
-def wait_for(check: Any, timeout: float = 60.0) -> Any:
-    return processes.wait_for(check, timeout, interval=0.1)
 
 
 def published(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -37,7 +34,7 @@ def test_remote_workers_are_published_and_stopped_through_the_channel(
     cluster = Cluster(hosts=(h0.alias, h1.alias), cpu=True)
     try:
         cluster.start()
-        _, doc = wait_for(lambda: published(directory))[0]
+        _, doc = wait_for(lambda: published(directory), 60)[0]
         assert doc["engine"] == "ssh" and doc["hosts"] == sorted([h0.alias, h1.alias])
         assert [w["host"] for w in doc["workers"]] == [h0.alias, h1.alias]
         assert not any(w["local"] for w in doc["workers"])  # never signalled from here
@@ -45,7 +42,7 @@ def test_remote_workers_are_published_and_stopped_through_the_channel(
             assert worker["pid"] in netns_hosts.ns_pids(host.netns)
         assert [w["tf_config"] for w in doc["workers"]] == cluster.tf_configs
         control.send(doc["control"], "stop")
-        wait_for(lambda: not cluster.started and os.listdir(directory) == [])
+        wait_for(lambda: not cluster.started and os.listdir(directory) == [], 60)
     finally:
         cluster.stop()
     # ssh_home checks that neither host runs anything but its sshd any more
@@ -69,7 +66,7 @@ def test_a_killed_owners_remote_cluster_leaves_nothing_on_the_hosts(
                              env={**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")})
     try:
         assert owner.stdout is not None and owner.stdout.readline().strip() == "started"
-        path, doc = wait_for(lambda: published(directory))[0]
+        path, doc = wait_for(lambda: published(directory), 60)[0]
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait(10)
         shown = orphans.sweep_one(path, doc)

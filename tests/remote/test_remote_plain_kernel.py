@@ -11,7 +11,9 @@ import pytest
 
 from mwnotebook import Cluster
 from testbed import netns_hosts
-from tests.remote.test_remote_worker_runtime import CHECKOUT, _line
+from testbed.netns_hosts import CHECKOUT
+
+from .lines import tagged_line
 
 #: Hang bounds only, generous for a loaded 2-core machine.
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -39,6 +41,6 @@ def test_without_the_worker_kernel_remote_kernels_are_plain_ipykernel_with_the_h
     env = {"PYTHONPATH": CHECKOUT, "MWNOTEBOOK_REMOTE_WORKER_KERNEL": "0"}
     with Cluster(hosts=hosts, cpu=True, template=template, env=env) as cluster:
         result = cluster.run(PLAIN, timeout=300)
-    states = [json.loads(_line(result, w, "PLAIN")) for w in range(2)]
+    states = [json.loads(tagged_line(result, w, "PLAIN")) for w in range(2)]
     assert states == [{"argv0": "ipykernel_launcher" + (".py" if not template else ""), "worker_env": None,
                        "hooks": True}] * 2, states

@@ -11,7 +11,7 @@ import pytest
 
 from mwnotebook import Cluster, ClusterInterrupted
 from testbed import netns_hosts
-from tests.remote.test_remote_worker_runtime import CHECKOUT
+from testbed.netns_hosts import CHECKOUT
 
 #: Hang bounds only, generous for a loaded 2-core machine.
 pytestmark = [pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(400)]

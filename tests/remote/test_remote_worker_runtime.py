@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-import mwnotebook
 from mwnotebook import Cluster
 from testbed import netns_hosts
+from testbed.netns_hosts import CHECKOUT
+
+from .lines import tagged_line
 
 #: Hang bounds only, generous for a loaded 2-core machine.
 pytestmark = [pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(900)]
-
-CHECKOUT = str(Path(mwnotebook.__file__).resolve().parent.parent)
 
 #: What the kernel is and what it installed, as one JSON line (TensorFlow imported first: a fresh
 #: kernel patches the strategy classes when TensorFlow loads them).
@@ -77,11 +76,6 @@ print("KEYS " + json.dumps(_mw_keys), flush=True)
 '''
 
 
-def _line(result: object, worker: int, tag: str) -> str:
-    out = result.stdout(worker)  # type: ignore[attr-defined]
-    return next((line[len(tag) + 1:] for line in out.splitlines() if line.startswith(tag + " ")), "") or out
-
-
 @pytest.fixture(scope="module", params=[True, False], ids=["forked", "fresh"])
 def remote_cluster(test_net: netns_hosts.TestNet, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A two-host cluster importing this checkout (like conftest.py ``ssh_home``, for the module)."""
@@ -99,7 +93,7 @@ def remote_cluster(test_net: netns_hosts.TestNet, request: pytest.FixtureRequest
 @pytest.fixture(scope="module")
 def probe(remote_cluster: Cluster) -> list[dict]:
     result = remote_cluster.run(PROBE, timeout=300)
-    return [json.loads(_line(result, w, "PROBE")) for w in range(2)]
+    return [json.loads(tagged_line(result, w, "PROBE")) for w in range(2)]
 
 
 def test_the_kernel_is_mwnotebooks_worker_kernel_from_this_checkout(probe: list[dict]) -> None:
@@ -129,12 +123,12 @@ def test_forked_kernels_use_the_templates_module_list(probe: list[dict], request
 def test_sigusr2_dumps_the_stacks_beside_the_connection_file(remote_cluster: Cluster) -> None:
     result = remote_cluster.run(STACKS, timeout=120)
     for w in range(2):  # without the handler, SIGUSR2 would have ended the kernel
-        assert _line(result, w, "STACKS").startswith("True True "), result.stdout(w)
+        assert tagged_line(result, w, "STACKS").startswith("True True "), result.stdout(w)
 
 
 def test_two_strategies_in_one_cell_get_distinct_keys_equal_on_both_workers(remote_cluster: Cluster) -> None:
     result = remote_cluster.run(TWO_STRATEGIES, timeout=300)
-    keys = [json.loads(_line(result, w, "KEYS")) for w in range(2)]
+    keys = [json.loads(tagged_line(result, w, "KEYS")) for w in range(2)]
     assert all(k["sum"] == 2.0 for per in keys for k in per), keys  # each all-reduce met across both workers
     assert keys[0][0]["base"] == keys[1][0]["base"] and keys[0][1]["base"] == keys[1][1]["base"], keys
     assert keys[0][0]["base"] != keys[0][1]["base"], keys  # distinct: no group key reused

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from mwnotebook.registry import orphans, state
-from testbed import processes, slurm_cluster
+from testbed import slurm_cluster
+from tests._shared.waits import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -31,10 +32,6 @@ OWNER = textwrap.dedent("""
 """)
 
 
-def wait_for(check: Any, timeout: float = 60.0) -> Any:
-    return processes.wait_for(check, timeout, interval=0.1)
-
-
 def published_then_owner_killed(tmp_path: Path, slurm: str, env: dict[str, str]) -> tuple[Path, dict[str, Any]]:
     """An owner starts ``Cluster(slurm=slurm)``, publishes its job, and is SIGKILLed."""
     directory = tmp_path / "rt" / "mwnotebook"
@@ -43,7 +40,7 @@ def published_then_owner_killed(tmp_path: Path, slurm: str, env: dict[str, str])
     try:
         assert owner.stdout is not None and owner.stdout.readline().strip() == "started"
         path, doc = wait_for(lambda: [(p, d) for p, d in state.read_all(directory)
-                                      if (d.get("scheduler") or {}).get("job_id") and d["workers"]])[0]
+                                      if (d.get("scheduler") or {}).get("job_id") and d["workers"]], 60)[0]
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait(10)
     finally:

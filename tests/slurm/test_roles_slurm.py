@@ -2,7 +2,7 @@
 2`` cluster whose coordinator, worker servers and parameter server are job steps on the placed nodes
 (``config/task_placement.py``; ``launchers/slurm/launcher.py``), and ``--chief --evaluator``.
 
-The cells are tests/tf/test_ps_roles.py's, imported. The ``--chief --evaluator`` test comes first
+The cells are testbed/ps_cells.py's, as tests/tf/test_ps_roles.py runs them. The ``--chief --evaluator`` test comes first
 (its ``slurm_env`` checks that nothing is left after it, which the shared cluster below would
 spoil); then one ``--ps`` cluster serves the tests in file order (its placement and status first,
 then the stock cell three times, fit, the custom loop, a worker server killed, a parameter server
@@ -37,7 +37,6 @@ from testbed.ps_cells import (
     run_stock_fit,
 )
 from testbed.ps_cells import PS_FIT as FIT
-from tests.slurm.test_slurm_node_loss import resume
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -81,7 +80,7 @@ def test_place_naming_a_drained_node_ends_the_start_within_the_timeout_naming_th
         cluster.stop()
         assert slurm_env.jobs() == [], slurm_env.jobs()  # the pending request was cancelled
     finally:
-        resume(slurm_env, node)
+        slurm_env.resume(node)
 
 
 def test_place_naming_no_node_of_a_given_job_is_refused_with_the_job_s_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:
@@ -212,7 +211,6 @@ def test_a_failed_node_s_tasks_move_to_the_spare_node_and_the_fit_resumes(
     mid-fit (``scontrol update state=down``): under ``--max-restarts`` both move to mwnode2 (the
     rule of config/slurm_nodes.py), every task gets the new TF_CONFIG, and the fit resumes from its
     backup in the same job."""
-    from tests.slurm.test_slurm_node_loss import resume
 
     n0, n1, n2 = slurm3_env.node_names
     cell = BACKED_UP.replace("EPOCHS", "10").replace("BACKUP", repr(str(tmp_path / "backup")))
@@ -220,7 +218,7 @@ def test_a_failed_node_s_tasks_move_to_the_spare_node_and_the_fit_resumes(
 
     def on_event(event: object) -> None:
         if isinstance(event, WorkerOutput) and "Epoch 4/" in event.content.get("text", "") and not downed:
-            slurm3_env.run("scontrol", "update", f"nodename={n1}", "state=down", "reason=mwnotebook-test")
+            slurm3_env.down(n1)
             downed.append(n1)
 
     try:
@@ -243,17 +241,12 @@ def test_a_failed_node_s_tasks_move_to_the_spare_node_and_the_fit_resumes(
             assert epochs == list(range(epochs[0], 10)) and epochs[0] >= 3, epochs
             assert slurm3_env.jobs() == job  # the same allocation
     finally:
-        resume(slurm3_env, n1)
-
-
-def _down(cluster: slurm_cluster.SlurmCluster, node: str) -> None:
-    cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=mwnotebook-test")
+        slurm3_env.resume(n1)
 
 
 def test_restart_moves_the_tasks_of_a_failed_node_to_the_spare_node(slurm3_env: slurm_cluster.SlurmCluster) -> None:
     """``Cluster.restart()`` (``%mwcluster restart``) after a node failed between cells: the same rule
     as ``--max-restarts`` (config/slurm_nodes.py), not a restart on the failed node."""
-    from tests.slurm.test_slurm_node_loss import resume
 
     n0, n1, n2 = slurm3_env.node_names
     where = "import os; print(os.environ['SLURMD_NODENAME'])"
@@ -261,12 +254,12 @@ def test_restart_moves_the_tasks_of_a_failed_node_to_the_spare_node(slurm3_env: 
         with Cluster(workers=2, cpu=True, slurm="-N 3") as cluster:
             result = cluster.run(where, timeout=120)
             assert [result.stdout(i).strip() for i in range(2)] == [n0, n1]
-            _down(slurm3_env, n1)
+            slurm3_env.down(n1)
             assert cluster.restart() == [f"node {n1} lost; worker 1 restarted on node {n2}"]
             result = cluster.run(where, timeout=120)
             assert [result.stdout(i).strip() for i in range(2)] == [n0, n2]
     finally:
-        resume(slurm3_env, n1)
+        slurm3_env.resume(n1)
 
 
 def test_a_worker_server_whose_node_failed_moves_to_the_spare_node_at_the_next_cell(
@@ -276,7 +269,6 @@ def test_a_worker_server_whose_node_failed_moves_to_the_spare_node_at_the_next_c
     back only on its old address, engine/roles/task_servers.py), worker-1's restart on the failed
     node fails and the status says it is not back; the next cell restarts the cluster with worker-1
     on mwnode2 (a new address), says so in one line, and trains."""
-    from tests.slurm.test_slurm_node_loss import resume
 
     n0, n1, n2 = slurm3_env.node_names
     addr = {name: host.address for name, host in zip(slurm3_env.node_names, slurm3_env.nodes)}
@@ -284,7 +276,7 @@ def test_a_worker_server_whose_node_failed_moves_to_the_spare_node_at_the_next_c
 
     def down_at_epoch_3(event: object) -> None:
         if isinstance(event, WorkerOutput) and "Epoch 3/" in event.content.get("text", "") and not downed:
-            _down(slurm3_env, n1)
+            slurm3_env.down(n1)
             downed.append(n1)
 
     try:
@@ -319,4 +311,4 @@ def test_a_worker_server_whose_node_failed_moves_to_the_spare_node_at_the_next_c
             assert all(i.alive for i in infos.values()), infos
             assert [a.rsplit(":", 1)[0] for a in cluster.tf_configs[0]["cluster"]["worker"]] == [addr[n0], addr[n2]]
     finally:
-        resume(slurm3_env, n1)
+        slurm3_env.resume(n1)

@@ -25,7 +25,8 @@ from mwnotebook.launchers.slurm import job as slurm_job
 from testbed import slurm_cluster
 from testbed.processes import running
 from testbed.seed_cell import SEED_CELL, expected_line
-from tests.slurm.test_slurm_workers import kill_worker_mid_run
+
+from .faults import kill_worker_mid_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -8,7 +8,6 @@ Slurm workers, taken on their nodes). A three-node test cluster
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -54,18 +53,9 @@ def down_on_first(worker: int, word: str, node: str, cluster: slurm_cluster.Slur
                 and word in event.content.get("text", "")):
             if flag is not None:
                 flag.write_text(address)
-            cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=mwnotebook-test")
+            cluster.down(node)
             downed.append(node)
     return downed, observe
-
-
-def resume(cluster: slurm_cluster.SlurmCluster, node: str) -> None:
-    """Back in service (the cluster's ReturnToService=2 often does it by itself)."""
-    cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-    deadline = time.monotonic() + 30  # a generous bound: slurmctld answers within a second
-    while cluster.node_states().get(node, "").rstrip("*") not in ("idle", "mixed", "allocated"):
-        assert time.monotonic() < deadline, cluster.node_states()
-        time.sleep(0.2)
 
 
 def test_a_failed_node_is_replaced_by_the_spare_node_of_the_allocation(slurm3_env: slurm_cluster.SlurmCluster,
@@ -91,7 +81,7 @@ def test_a_failed_node_is_replaced_by_the_spare_node_of_the_allocation(slurm3_en
             assert "done on mwnode2 sum 2.0" in result.stdout(1, attempt=2)
             assert "done on mwnode0 sum 2.0" in result.stdout(0, attempt=2)
     finally:
-        resume(slurm3_env, "mwnode1")
+        slurm3_env.resume("mwnode1")
 
 
 def test_a_job_the_user_gave_without_a_spare_node_ends_the_cell_with_the_reason(
@@ -131,7 +121,7 @@ def check_the_users_job_ends_the_cell(slurm3_env: slurm_cluster.SlurmCluster, gi
             assert set(slurm3_env.jobs()) <= {job}  # no new job was made
     finally:
         slurm3_env.run("scancel", job, check=False)
-        resume(slurm3_env, node)
+        slurm3_env.resume(node)
 
 
 def test_without_a_spare_node_our_own_job_is_replaced_by_a_new_allocation(
@@ -158,4 +148,4 @@ def test_without_a_spare_node_our_own_job_is_replaced_by_a_new_allocation(
             assert restart.moved == (f"node {node} lost; no spare node in allocation {old}; new allocation {new}",)
             assert result.stdout(1, attempt=2).splitlines()[-1] == f"done in job {new}"
     finally:
-        resume(slurm3_env, node)
+        slurm3_env.resume(node)

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from mwnotebook import Cluster, ClusterInterrupted, ClusterStartError, WorkerDiedError
-from mwnotebook.shared.events import Event, WorkerOutput
 from testbed import slurm_cluster
 from testbed.processes import running
-from testbed.seed_cell import LONG_RUN, SEED_CELL, expected_line
+from testbed.seed_cell import SEED_CELL, expected_line
+
+from .faults import kill_worker_mid_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -33,23 +34,6 @@ def established_peers(host: slurm_cluster.netns_hosts.TestHost) -> set[str]:
     return peers
 
 
-
-
-def kill_worker_mid_run(cluster: Cluster, pid: int, worker: int) -> None:
-    """SIGKILL a worker's kernel once LONG_RUN trains: the cell fails naming it, the group restarts."""
-    killed: list[int] = []
-
-    def kill_once_training(event: Event) -> None:
-        if (isinstance(event, WorkerOutput) and event.worker == worker and not killed
-                and "training" in event.content.get("text", "")):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-
-    with pytest.raises(WorkerDiedError) as info:
-        cluster.run(LONG_RUN, on_event=kill_once_training, timeout=300)
-    assert killed, f"worker {worker} never reached the training loop"
-    assert info.value.worker == worker and info.value.restarted
-    assert "SIGKILL" in info.value.failures[0].exit_description
 
 
 def test_killed_kernel_then_the_seed_on_two_nodes(slurm_env: slurm_cluster.SlurmCluster) -> None:

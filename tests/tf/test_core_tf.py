@@ -11,8 +11,7 @@ import pytest
 from nbclient import NotebookClient
 
 from mwnotebook import WorkerError
-
-from .conftest import SEED_LINE
+from testbed.seed_cell import SEED_LINE
 
 pytestmark = pytest.mark.tf
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from jupyter_client.manager import KernelManager
 
-from ..conftest import worker_processes
+from testbed.processes import worker_processes
 
 pytestmark = [pytest.mark.tf]
 

@@ -16,8 +16,9 @@ import time
 import psutil
 import pytest
 
+from testbed.notebook_kernel import Notebook
+from testbed.processes import MW_MODULES, descendants, wait_gone
 from testbed.ps_cells import PS_FIT, assert_fit_trains
-from tests.reliability.conftest import Notebook, mw_descendants, wait_gone
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -43,7 +44,7 @@ def listening_ports(pid: int) -> dict[int, str]:
 
 
 def server_pids(nb: Notebook) -> set[int]:
-    return mw_descendants(nb.pid)
+    return descendants(nb.pid)
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def test_the_notebook_coordinates_once_refuses_a_second_cluster_and_stop_leaves_
     # stop: every server gone; the kernel's own server is said to stay
     _, text, _ = nb.execute("%mwcluster stop", timeout=60)
     assert "cannot be stopped" in text, text
-    left, _ = wait_gone(first, timeout=20)  # generous: kills are asynchronous on a loaded machine
+    left, _ = wait_gone(first, timeout=20, modules=MW_MODULES)  # generous: kills are asynchronous on a loaded machine
     assert not left, left
     _, text, _ = nb.execute("import os; print(os.environ.get('TF_CONFIG'))", timeout=30)
     assert text.strip() == "None", text  # the chief's TF_CONFIG is taken back

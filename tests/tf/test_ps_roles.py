@@ -19,6 +19,7 @@ import pytest
 from mwnotebook import Cluster
 from mwnotebook.engine.roles.task_servers import ParameterServerLost
 from mwnotebook.shared.events import WorkerMetrics, WorkerOutput
+from testbed.netns_hosts import reachable_from_peer
 from testbed.ps_cells import (
     BACKED_UP,
     EVALUATOR_CELL,
@@ -311,18 +312,7 @@ def test_chief_is_replica_zero_under_mwms():
     assert lines[1] == "task worker 0 chief False replicas 2 2 tutorial_is_chief True", lines
 
 
-def _peer_host():
-    from tests.integration.test_network_isolation import peer_host  # the same test host namespace
-
-    return peer_host
-
-
-peer_host = _peer_host()
-
-
 def test_ps_and_worker_ports_are_unreachable_from_another_host(peer_host):
-    from tests.integration.test_network_isolation import reachable_from_peer
-
     with Cluster(workers=1, ps=1, cpu=True, network="private") as cluster:
         cluster.start()
         assert cluster.network_isolated

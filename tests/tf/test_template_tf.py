@@ -21,9 +21,8 @@ from mwnotebook import Cluster, WorkerDiedError
 from mwnotebook.engine.loop import background_loop
 from mwnotebook.launchers.local.handles import ForkedKernelHandle, LocalKernelHandle
 from mwnotebook.launchers.local.template_pool import pool
-
-from ..conftest import alive_workers, is_worker, wait_for_no_workers
-from .conftest import SEED_LINE
+from testbed.processes import WORKER_MODULES, alive_workers, is_worker, wait_gone
+from testbed.seed_cell import expected_line
 
 pytestmark = pytest.mark.tf
 
@@ -60,7 +59,7 @@ def test_forked_workers_print_the_seeds_exact_lines(forked_cluster, seed_code, n
     assert [probe.stdout(i).split() for i in range(2)] == [["0", "False"], ["1", "False"]]
     result = forked_cluster.run(seed_code, timeout=240)
     for i in range(2):
-        assert result.stdout(i) == SEED_LINE.format(i=i) + "\n"  # exactly the hand launch's output
+        assert result.stdout(i) == expected_line(i) + "\n"  # exactly the hand launch's output
 
 
 def test_template_never_starts_the_tensorflow_runtime(forked_cluster, seed_code):
@@ -136,21 +135,13 @@ def test_workers_and_templates_die_with_the_notebook_even_when_a_template_was_ki
         os.kill(notebook.pid, signal.SIGKILL)
         notebook.wait(10)
         everything = set(workers[0]) | set(workers[1])
-        assert not wait_for_no_workers(everything, timeout=10)
-        assert _wait_gone(templates[1]), "the template that was not killed outlived the notebook"
+        assert not wait_gone(everything, 10, WORKER_MODULES)[0]
+        assert not wait_gone(templates[1], 10, (TEMPLATE_MODULE,))[0], \
+            "the template that was not killed outlived the notebook"
     finally:
         if notebook.poll() is None:
             notebook.kill()
             notebook.wait()
-
-
-def _wait_gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive_workers({pid}, (TEMPLATE_MODULE,)):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_no_template_option_starts_fresh_interpreters(no_orphans):

@@ -11,14 +11,11 @@ from __future__ import annotations
 import asyncio
 import pickle
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from mwnotebook.engine.cell import run as cell_run
 from mwnotebook.engine.cell.run import CellRun, CellVerdict
-from mwnotebook.engine.workers.worker import ExecutionOutcome
 from mwnotebook.errors import (
     ClusterInterrupted,
     ClusterStartError,
@@ -29,111 +26,9 @@ from mwnotebook.errors import (
     render_failures,
 )
 from mwnotebook.shared.events import WorkerOutput, WorkerStateChanged
+from tests._shared.fakes import LOST_PEER, OK_REPLY, FakeWorker, error_reply, stream
 
-from .._shared.iopub import stream as _stream
-
-
-def error_reply(ename: str, evalue: str, frames: int = 3) -> dict[str, Any]:
-    tb = ["\x1b[0;31m------\x1b[0m", f"\x1b[0;31m{ename}\x1b[0m  Traceback (most recent call last)"]
-    tb += [f"File site-packages/frame_{k}.py, line {k}, in step_{k}" for k in range(frames)]
-    tb.append(f"\x1b[0;31m{ename}\x1b[0m: {evalue}")
-    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": tb, "user_expressions": {}}
-
-
-OK_REPLY = {"status": "ok", "user_expressions": {"settle": {"status": "ok", "data": {"text/plain": "False"}}}}
-KEYBOARD = error_reply("KeyboardInterrupt", "", frames=40)
-LOST_PEER = error_reply("UnavailableError", "Collective ops is aborted by: failed to connect to all addresses",
-                        frames=40)
-
-
-def stream(text: str) -> dict[str, Any]:
-    return _stream(text, parent="x")
-
-
-@dataclass
-class FakeHandle:
-    index: int
-    host: str = "fake"
-    pid: int | None = None
-    alive: bool = True
-    description: str = ""
-    interrupts: int = 0
-    interrupted: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def is_alive(self) -> bool:
-        return self.alive
-
-    def exit_description(self) -> str:
-        return "" if self.alive else self.description
-
-    async def interrupt(self) -> None:
-        self.interrupts += 1
-        self.interrupted.set()
-
-    async def kill(self) -> None:
-        self.alive = False
-
-
-@dataclass
-class FakeWorker:
-    """A kernel that prints ``outputs``, then after ``delay`` s replies ``reply``.
-
-    ``reply=None`` runs until interrupted, then replies ``on_interrupt`` (``None``: ignores the
-    interrupt, like a frozen process). ``dies_after`` ends the process instead of replying; ``lose``
-    makes the channel fail (an exception from execute).
-    """
-
-    index_: int
-    reply: dict[str, Any] | None = None
-    delay: float = 0.0
-    outputs: list[dict[str, Any]] = field(default_factory=list)
-    on_interrupt: dict[str, Any] | None = field(default_factory=lambda: KEYBOARD)
-    dies_after: float | None = None
-    lose: bool = False
-    handle: FakeHandle = None  # type: ignore[assignment]
-    output_log: str = ""
-
-    def __post_init__(self) -> None:
-        self.handle = FakeHandle(self.index_)
-
-    @property
-    def index(self) -> int:
-        return self.index_
-
-    async def execute(self, code: str, on_output: Any, silent: bool = False,
-                      user_expressions: dict[str, str] | None = None) -> ExecutionOutcome:
-        assert user_expressions and "settle" in user_expressions
-        for msg in self.outputs:
-            on_output(msg)
-        if self.lose:
-            await asyncio.sleep(self.delay)
-            raise ConnectionResetError("channel closed")
-        if self.dies_after is not None:
-            await asyncio.sleep(self.dies_after)
-            self.handle.alive = False
-            self.handle.description = "killed by SIGKILL"
-            await asyncio.Event().wait()  # a dead kernel never answers
-        if self.reply is not None:
-            await asyncio.sleep(self.delay)
-            return outcome(self.reply)
-        await self.handle.interrupted.wait()
-        if self.on_interrupt is None:
-            await asyncio.Event().wait()
-        return outcome(self.on_interrupt)
-
-
-def outcome(content: dict[str, Any]) -> ExecutionOutcome:
-    """What :class:`~mwnotebook.engine.workers.worker.Worker` makes of an execute_reply's content."""
-    return ExecutionOutcome(status=content.get("status", "error"), ename=content.get("ename", ""),
-                            evalue=content.get("evalue", ""), traceback=list(content.get("traceback", [])),
-                            user_expressions=dict(content.get("user_expressions") or {}))
-
-
-@pytest.fixture(autouse=True)
-def fast_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cell_run, "LIVENESS_POLL_SECONDS", 0.01)
-    monkeypatch.setattr(cell_run, "INTERRUPT_GRACE_SECONDS", 0.2)
-    monkeypatch.setattr(cell_run, "SETTLE_SECONDS", 0.05)
+pytestmark = pytest.mark.usefixtures("fast_cell_policy")
 
 
 def run_cell(*workers: FakeWorker, timeout: float | None = None, abort_after: float | None = None,

@@ -6,28 +6,7 @@ import pytest
 
 from mwnotebook import AsyncCluster, ClusterStartError, ClusterStateError
 from mwnotebook.engine.cell.diagnose import diagnose
-
-
-class FakeHandle:
-    host = "fake"
-    pid = None
-    connection_info: dict = {}
-
-    def __init__(self, index):
-        self.index = index
-        self.killed = False
-
-    async def is_alive(self):
-        return not self.killed
-
-    def exit_description(self):
-        return ""
-
-    async def interrupt(self):
-        pass
-
-    async def kill(self):
-        self.killed = True
+from tests._shared.fakes import FakeHandle
 
 
 class FailingLauncher:
@@ -43,7 +22,7 @@ class FailingLauncher:
     async def start(self, index, env):
         if index == 1:
             raise ClusterStartError("no such interpreter", worker=1)
-        handle = FakeHandle(index)
+        handle = FakeHandle(index, host="fake")
         self.handles.append(handle)
         return handle
 

@@ -20,6 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from testbed.processes import running, wait_gone
+
 HANG_BOUND = 20  # seconds; generous on a loaded 2-core machine, only there so a bug can't hang the run
 
 WORKER = textwrap.dedent("""
@@ -32,20 +34,6 @@ WORKER = textwrap.dedent("""
     print(grandchild.pid, flush=True)
     time.sleep(float(sys.argv[2]))
 """)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_gone(pid: int) -> bool:
-    deadline = time.monotonic() + HANG_BOUND
-    while not _gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return _gone(pid)
 
 
 def _end(worker: subprocess.Popen[str], *pids: int) -> None:
@@ -103,12 +91,12 @@ def test_a_killed_workers_grandchild_ends_with_it(program: str) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
             os.kill(watchdog, sig)
         time.sleep(0.3)
-        assert not _gone(watchdog), "a signal meant for the worker ended the watchdog"
-        assert not _gone(grandchild)
+        assert running(watchdog), "a signal meant for the worker ended the watchdog"
+        assert running(grandchild)
         worker.kill()
         worker.wait(HANG_BOUND)
-        assert _wait_gone(grandchild), "the grandchild outlived its SIGKILLed worker"
-        assert _wait_gone(watchdog)
+        assert not wait_gone(grandchild, HANG_BOUND)[0], "the grandchild outlived its SIGKILLed worker"
+        assert not wait_gone(watchdog, HANG_BOUND)[0]
     finally:
         _end(worker, grandchild, watchdog)
 
@@ -118,8 +106,8 @@ def test_a_grandchild_ends_when_its_worker_exits_normally(program: str) -> None:
     worker, watchdog, grandchild = _start(program, 0.5)
     try:
         assert worker.wait(HANG_BOUND) == 0
-        assert _wait_gone(grandchild), "the grandchild outlived its worker's exit"
-        assert _wait_gone(watchdog)
+        assert not wait_gone(grandchild, HANG_BOUND)[0], "the grandchild outlived its worker's exit"
+        assert not wait_gone(watchdog, HANG_BOUND)[0]
     finally:
         _end(worker, grandchild, watchdog)
 
@@ -146,7 +134,7 @@ def test_a_worker_that_dies_while_its_watchdog_starts_still_takes_its_grandchild
     grandchild = int(worker.stdout.readline())
     try:
         assert worker.wait(HANG_BOUND) == 0
-        assert _wait_gone(grandchild), "the grandchild outlived a worker that died at once"
+        assert not wait_gone(grandchild, HANG_BOUND)[0], "the grandchild outlived a worker that died at once"
     finally:
         _end(worker, grandchild)
 

@@ -19,7 +19,7 @@ from mwnotebook.errors import ConfigError, WorkerFailure, render_attempts
 from mwnotebook.frontend.notebook.magics import _parse_mwtrain_line, mwcluster_parser
 from mwnotebook.frontend.notebook.views import status_bundle
 from mwnotebook.processes.runtime import ps_guard
-from tests.unit.test_status_view import ADDRESSES, FakeHandle, FakeKernel, FakeServers
+from tests._shared.fakes import ADDRESSES, FakeHandle, FakeKernel, FakeServers
 
 
 def test_the_opt_in_is_a_mwcluster_start_option_and_puts_the_servers_on_the_host_network():
@@ -90,8 +90,8 @@ def test_the_notice_names_every_listening_address_and_what_cannot_be_stopped():
 def test_the_status_shows_the_notebook_as_coordinator_and_every_servers_devices():
     layout = RoleLayout(workers=2, ps=1)
     w0, w1, ps0 = Task("worker", 0), Task("worker", 1), Task("ps", 0)
-    servers = FakeServers({w0: FakeKernel(FakeHandle(201)), w1: FakeKernel(FakeHandle(202)),
-                           ps0: FakeKernel(FakeHandle(203))},
+    servers = FakeServers({w0: FakeKernel(FakeHandle(pid=201)), w1: FakeKernel(FakeHandle(pid=202)),
+                           ps0: FakeKernel(FakeHandle(pid=203))},
                           {w0: "serving", w1: "serving", ps0: "serving"}, {w0: 0, w1: 0, ps0: 0})
     infos = asyncio.run(cluster_status(layout, ADDRESSES, ["notebook"], [], servers,  # type: ignore[arg-type]
                                        coordinator_here=True))

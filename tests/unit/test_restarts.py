@@ -1,5 +1,5 @@
 """``--max-restarts``: the restart policy and loop (mwnotebook/engine/cell/restarts.py) with the fake
-workers of tests/unit/test_cell_run.py, the option's parsing, and the metrics store's restart marks.
+workers of tests/_shared/fakes.py, the option's parsing, and the metrics store's restart marks.
 
 Each fake "group" is a list of attempts; an attempt is the fake workers one run of the cell meets.
 A restart moves to the next attempt's workers (or fails, like a host that is away).
@@ -26,8 +26,9 @@ from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.frontend.text.relay import TextRelay
 from mwnotebook.shared.events import RunRestarted
 from mwnotebook.shared.metrics import MetricsStore
+from tests._shared.fakes import LOST_PEER, OK_REPLY, FakeWorker, error_reply, stream
 
-from .test_cell_run import LOST_PEER, OK_REPLY, FakeWorker, error_reply, fast_policy, stream  # noqa: F401
+pytestmark = pytest.mark.usefixtures("fast_cell_policy")
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -12,14 +12,7 @@ import pytest
 
 from mwnotebook.experiments.history import GLOBAL, RunHistory, cell_hash, final_values
 from mwnotebook.experiments.store import RunStore, kernel_id
-
-RECORDS = [
-    {"worker": 0, "step": 1, "time": 1.0, "kind": "batch", "loss": 0.9, "global_loss": 0.8},
-    {"worker": 1, "step": 1, "time": 1.0, "kind": "batch", "loss": 0.7, "global_loss": 0.8},
-    {"worker": 0, "step": 2, "time": 2.0, "kind": "epoch", "epoch": 0, "loss": 0.5, "global_loss": 0.45,
-     "accuracy": "NaN"},
-    {"worker": 1, "step": 2, "time": 2.0, "kind": "epoch", "epoch": 0, "loss": 0.4, "global_loss": 0.45},
-]
+from tests._shared.fakes import RECORDS
 
 
 def test_cell_hash_ignores_line_endings_and_trailing_space_but_not_code() -> None:

@@ -11,8 +11,7 @@ from mwnotebook.experiments import mlflow_log, table
 from mwnotebook.experiments.history import RunHistory
 from mwnotebook.experiments.outlets import Outlets, send
 from mwnotebook.experiments.series import scalars
-
-from .test_run_history import RECORDS
+from tests._shared.fakes import RECORDS
 
 
 def _history() -> RunHistory:

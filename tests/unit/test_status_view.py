@@ -6,48 +6,20 @@ rendering; tests/tf/test_ps_roles.py checks it on a real --ps cluster."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from mwnotebook.config.roles import RoleLayout, Task
 from mwnotebook.engine.cluster_status import WorkerInfo, cluster_status
 from mwnotebook.engine.roles.task_servers import NOT_BACK_NOTE, not_back_line
 from mwnotebook.frontend.notebook.views import status_bundle
-
-ADDRESSES = ["localhost:1000", "localhost:1001", "localhost:1002", "localhost:1003"]
-
-
-@dataclass
-class FakeHandle:
-    pid: int
-    alive: bool = True
-    host: str = "localhost"
-    on_this_machine: bool = True
-
-    async def is_alive(self) -> bool:
-        return self.alive
-
-
-@dataclass
-class FakeKernel:
-    handle: FakeHandle
-
-
-class FakeServers:
-    def __init__(self, kernels: dict[Task, FakeKernel], states: dict[Task, str], restarts: dict[Task, int],
-                 notes: dict[Task, str] | None = None) -> None:
-        self.kernels, self.states, self.restarts_of = kernels, states, restarts
-        self.notes = notes or {}
-
-    def server(self, task: Task) -> FakeKernel | None:
-        return self.kernels.get(task)
+from tests._shared.fakes import ADDRESSES, FakeHandle, FakeKernel, FakeServers
 
 
 def ps_status() -> list[WorkerInfo]:
     layout = RoleLayout(workers=2, ps=1)
     w0, w1, ps0 = Task("worker", 0), Task("worker", 1), Task("ps", 0)
-    servers = FakeServers({w0: FakeKernel(FakeHandle(201)), ps0: FakeKernel(FakeHandle(203))},
+    servers = FakeServers({w0: FakeKernel(FakeHandle(pid=201)), ps0: FakeKernel(FakeHandle(pid=203))},
                           {w0: "serving", w1: "restarting", ps0: "serving"}, {w0: 1, w1: 0, ps0: 0})
-    return asyncio.run(cluster_status(layout, ADDRESSES, ["idle"], [FakeKernel(FakeHandle(100))],
+    return asyncio.run(cluster_status(layout, ADDRESSES, ["idle"], [FakeKernel(FakeHandle(pid=100))],
                                       servers))  # type: ignore[arg-type]
 
 
@@ -82,9 +54,9 @@ def test_a_worker_server_not_back_says_why_in_its_row():
     """A worker server whose restart failed (its Slurm node failed): state ``lost`` and the note of
     engine/roles/task_servers.py, in the entry and in the table's state column."""
     w0, w1, ps0 = Task("worker", 0), Task("worker", 1), Task("ps", 0)
-    servers = FakeServers({w0: FakeKernel(FakeHandle(201)), ps0: FakeKernel(FakeHandle(203))},
+    servers = FakeServers({w0: FakeKernel(FakeHandle(pid=201)), ps0: FakeKernel(FakeHandle(pid=203))},
                           {w0: "serving", w1: "lost", ps0: "serving"}, {w0: 0, w1: 0, ps0: 0}, {w1: NOT_BACK_NOTE})
-    infos = asyncio.run(cluster_status(RoleLayout(workers=2, ps=1), ADDRESSES, ["idle"], [FakeKernel(FakeHandle(100))],
+    infos = asyncio.run(cluster_status(RoleLayout(workers=2, ps=1), ADDRESSES, ["idle"], [FakeKernel(FakeHandle(pid=100))],
                                        servers))  # type: ignore[arg-type]
     assert [(i.task, i.state, i.note) for i in infos[1:]] == [
         ("worker:0", "serving", ""), ("worker:1", "lost", NOT_BACK_NOTE), ("ps:0", "serving", "")]
@@ -105,7 +77,7 @@ def test_a_stopped_ps_cluster_still_lists_its_servers():
 def test_the_plain_worker_table_is_unchanged():
     layout = RoleLayout(workers=2)
     infos = asyncio.run(cluster_status(layout, ADDRESSES[:2], ["idle", "busy"],
-                                       [FakeKernel(FakeHandle(11)), FakeKernel(FakeHandle(12, alive=False))],
+                                       [FakeKernel(FakeHandle(pid=11)), FakeKernel(FakeHandle(pid=12, alive=False))],
                                        None))  # type: ignore[arg-type]
     lines = [line.rstrip() for line in status_bundle(infos)["text/plain"].splitlines()]
     cluster = '{"cluster":{"worker":["localhost:1000","localhost:1001"]},'

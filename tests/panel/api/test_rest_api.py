@@ -17,8 +17,8 @@ import tornado.httpclient
 
 from mwnotebook import Cluster
 from mwnotebook.registry import control, processes, state
-
-from ...conftest import wait_for_no_workers
+from testbed.processes import WORKER_MODULES, wait_gone
+from tests._shared.waits import wait_for_async
 
 pytestmark = pytest.mark.integration
 
@@ -39,17 +39,6 @@ async def send(jp_fetch: Any, method: str, *path: str) -> tornado.httpclient.HTT
                           **({"body": b""} if method == "POST" else {}), raise_error=False)
 
 
-async def wait_for(check: Any, timeout: float = 30.0) -> Any:
-    import asyncio
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not met in time")
-
-
 async def test_the_list_is_empty_without_clusters(jp_fetch: Any) -> None:
     assert await get(jp_fetch) == {"clusters": []}
 
@@ -65,7 +54,7 @@ async def test_two_clusters_are_listed_with_their_workers_and_one_is_stopped(jp_
     b = Cluster(workers=1)
     try:
         await asyncio.gather(asyncio.to_thread(a.start), asyncio.to_thread(b.start))
-        listed = await wait_for(lambda: _listed(jp_fetch, 2))
+        listed = await wait_for_async(lambda: _listed(jp_fetch, 2))
         by_size = {len(c["workers"]): c for c in listed}
         assert {w["pid"] for w in by_size[2]["workers"]} == {w.pid for w in a.status()}
         worker = by_size[2]["workers"][0]
@@ -79,14 +68,14 @@ async def test_two_clusters_are_listed_with_their_workers_and_one_is_stopped(jp_
         pids = {w.pid for w in b.status()}
         response = await send(jp_fetch, "DELETE", by_size[1]["id"])
         assert response.code == 202 and json.loads(response.body)["by"] == "owner"
-        await wait_for(lambda: _listed(jp_fetch, 1))
-        assert not b.started and wait_for_no_workers(pids) == set()
+        await wait_for_async(lambda: _listed(jp_fetch, 1))
+        assert not b.started and wait_gone(pids, 10, WORKER_MODULES)[0] == set()
         assert (await send(jp_fetch, "GET", by_size[1]["id"])).code == 404
 
         response = await send(jp_fetch, "POST", by_size[2]["id"], "restart")
         assert response.code == 202
         old = {w["pid"] for w in by_size[2]["workers"]}
-        fresh = await wait_for(lambda: _fresh(jp_fetch, by_size[2]["id"], old))
+        fresh = await wait_for_async(lambda: _fresh(jp_fetch, by_size[2]["id"], old))
         assert {w["pid"] for w in fresh["workers"]} == {w.pid for w in a.status()}
         assert (await send(jp_fetch, "POST", by_size[2]["id"], "interrupt")).code == 202
         assert a.run("print(3)").stdout(0) == "3\n"
@@ -138,14 +127,14 @@ async def test_a_killed_owners_cluster_shows_orphaned_then_goes_with_its_workers
     try:
         assert owner.stdout is not None
         pids = {int(p) for p in owner.stdout.readline().split()}
-        await wait_for(lambda: _listed(jp_fetch, 1))
+        await wait_for_async(lambda: _listed(jp_fetch, 1))
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait(10)
         orphaned = (await get(jp_fetch))["clusters"]
         assert [c["state"] for c in orphaned] == ["orphaned"]
-        assert wait_for_no_workers(pids) == set()
+        assert wait_gone(pids, 10, WORKER_MODULES)[0] == set()
         assert (await send(jp_fetch, "POST", orphaned[0]["id"], "restart")).code == 409
-        await wait_for(lambda: _gone(jp_fetch), 15)
+        await wait_for_async(lambda: _gone(jp_fetch), 15)
         assert os.listdir(state.registry_dir(jp_runtime_dir)) == []
     finally:
         owner.kill()
@@ -169,7 +158,7 @@ async def test_a_cluster_started_in_the_background_is_listed_within_2_s_of_ready
         cluster.start_background()
         ready_at = await asyncio.to_thread(
             lambda: processes_wait(lambda: cluster.started, 120) and time.monotonic())
-        listed = await wait_for(lambda: _listed(jp_fetch, 1), 60)
+        listed = await wait_for_async(lambda: _listed(jp_fetch, 1), 60)
         late = time.monotonic() - ready_at
         assert late <= 2.0, f"listed {late:.1f} s after the background start was ready"
         assert {w["pid"] for w in listed[0]["workers"]} == {w.pid for w in cluster.status()}
@@ -177,8 +166,8 @@ async def test_a_cluster_started_in_the_background_is_listed_within_2_s_of_ready
         pids = {w.pid for w in cluster.status()}
         response = await send(jp_fetch, "DELETE", listed[0]["id"])
         assert response.code == 202 and json.loads(response.body)["by"] == "owner"
-        await wait_for(lambda: _gone(jp_fetch), 30)
-        assert not cluster.started and wait_for_no_workers(pids) == set()
+        await wait_for_async(lambda: _gone(jp_fetch), 30)
+        assert not cluster.started and wait_gone(pids, 10, WORKER_MODULES)[0] == set()
     finally:
         cluster.stop()
 
