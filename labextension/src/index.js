@@ -4,7 +4,8 @@
 // Each cluster is the state document whose shape is written down once in mwnotebook/registry/document.py
 // (ClusterDocument: id, owner, engine, hosts, state, cell, last_error, workers[] with index, role, task,
 // host, pid, state, tf_config, last_error), plus what mwnotebook/server/service.py adds to each:
-// notebook, uptime, and each worker's cpu_percent and memory_bytes (null for a worker on another machine).
+// notebook, uptime, and each worker's cpu_percent, memory_bytes, memory_limit, near_limit and usage_age
+// (read here for a worker on the server's machine; the notebook's last reading for the others).
 import { ICommandPalette, Clipboard, showDialog, Dialog } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
@@ -16,6 +17,9 @@ const OPEN = 'mwnotebook-clusters:open';
 const FAST = 1000; // ms between polls while the panel is visible: a change shows within ~2 s
 const SLOW = 15000; // while hidden
 const MAX_BACKOFF = 30000; // after errors
+// s: a worker's figures older than this say when they were read (a remote worker's are read by the
+// notebook every 2 s while a cell runs and at each %mwcluster status, not between cells)
+const STALE = 10;
 
 const icon = new LabIcon({
   name: 'mwnotebook:clusters',
@@ -166,7 +170,8 @@ class ClustersPanel extends Widget {
       const key = `${c.id}:${w.index}`;
       const config = JSON.stringify(w.tf_config, null, 1);
       const usage = [w.cpu_percent === null || w.cpu_percent === undefined ? null : `CPU ${w.cpu_percent.toFixed(0)}%`,
-        w.memory_bytes ? megabytes(w.memory_bytes) : null].filter(Boolean).join(' · ');
+        w.memory_bytes ? megabytes(w.memory_bytes) + (w.memory_limit ? ` of ${megabytes(w.memory_limit)}` : '') : null,
+        w.usage_age > STALE ? `read ${duration(w.usage_age)} ago` : null].filter(Boolean).join(' · ');
       const details = el('details', { class: 'mw-tfconfig' },
         el('summary', {}, el('span', { class: 'mw-tfconfig-label' }, 'TF_CONFIG'), ' ',
           el('button', {
@@ -181,7 +186,10 @@ class ClustersPanel extends Widget {
           el('b', {}, `[${w.index}] ${w.role}`), ` ${w.task ? '(' + w.task + ') ' : ''}on ${w.host || '?'} · pid `,
           el('span', { class: 'mw-pid' }, w.pid === null || w.pid === undefined ? '' : String(w.pid)), ' ',
           el('span', { class: `mw-badge mw-state-${w.state}` }, w.state),
-          usage ? el('span', { class: 'mw-meta' }, ` ${usage}`) : null),
+          usage ? el('span', { class: 'mw-meta mw-usage' }, ` ${usage}`) : null,
+          w.near_limit ? el('span', {
+            class: 'mw-badge mw-near-limit', title: 'at 90 % of its memory limit or more: one large allocation from being killed'
+          }, 'near its memory limit') : null),
         details,
         w.last_error ? el('div', { class: 'mw-error' }, w.last_error) : null);
     });

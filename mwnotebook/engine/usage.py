@@ -8,8 +8,23 @@ by the same reader (or since its start, for the first): the status table's poll 
 ``Cluster.usage()`` (``%mwcluster status``) are two readers, so one never shortens the other's
 interval (a poll just after a cell's last busy second made the next status read 0 %); the resident
 set (/proc/PID/statm's resident pages, what psutil reports as ``rss``); and the memory limit it lives
-under (the host's memory, or its memory cgroup's limit when smaller: a Slurm job's ``--mem``),
-flagged when the worker is near it.
+under, flagged when the worker is near it.
+
+The limit is what ends the kernel when its memory passes it, the smallest of (proc_usage.py
+``memory_limit``, read on the worker's host): the host's memory (``MemTotal``: the kernel's
+out-of-memory killer); its memory cgroup's limit and its ancestors' (a container, a hub spawner that
+enforces ``MEM_LIMIT`` such as systemdspawner or DockerSpawner, Slurm's cgroup plugin); on Slurm the
+job's ``--mem`` / ``--mem-per-cpu`` on the node, which Slurm enforces with or without a cgroup. On Ray
+it is the node's memory as on an SSH host: mwnotebook asks Ray for CPUs and GPUs only, and Ray's
+``memory`` resource is a scheduling figure Ray does not enforce; Ray's memory monitor ends workers at
+0.95 of the node's memory, after the flag. ``MEM_LIMIT`` alone (config/class_caps.py) is not a limit
+here: it sizes starts (a start whose estimate passes it is refused); a spawner that does not enforce
+it kills nothing at it, and one that does makes it the server's cgroup limit, read as above.
+
+Such a limit holds for every process under it, so the memory counted against it (``limit_used``) is
+the resident memory of all of this cluster's workers on the same host under the same limit (two
+workers of one Slurm node share the job's ``--mem``); a worker is flagged (``near_limit``) when that
+sum is at :data:`NEAR_LIMIT` of the limit or more (proc_usage.py says why 90 %).
 """
 
 from __future__ import annotations
@@ -18,20 +33,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psutil
 
 from mwnotebook.engine.workers.worker import Worker
 from mwnotebook.launchers.capabilities import TakesUsage
-from mwnotebook.processes.shipped.proc_usage import memory_limit
+from mwnotebook.processes.shipped.proc_usage import NEAR_LIMIT, memory_limit, near
 from mwnotebook.shared.events import EventSink, WorkerResources
 
 log = logging.getLogger(__name__)
 
-#: A worker whose resident memory is at least this share of its limit is flagged (``near_limit``):
-#: past it the kernel is one large allocation away from the OOM killer.
-NEAR_LIMIT = 0.9
+__all__ = ["NEAR_LIMIT", "USAGE_EVERY", "UsageReader", "WorkerUsage", "cpu_share", "shared_limits"]
+
 #: Seconds between two readings while a cell runs (one short line per remote worker each time).
 USAGE_EVERY = 2.0
 #: Seconds to wait for a remote agent's answer (its host's /proc read is instant; this is the way there).
@@ -48,13 +62,28 @@ class WorkerUsage:
     cpu_percent: float | None
     memory_bytes: int | None
     note: str = ""
-    #: The smallest of the host's memory and its memory cgroup's limits (proc_usage.py ``memory_limit``).
+    #: The smallest limit it lives under (the module docstring: host memory, cgroup, Slurm's --mem).
     memory_limit: int | None = None
+    #: The memory counted against the limit: this cluster's workers' resident memory on the same host
+    #: under the same limit, summed (:func:`shared_limits`); None: this worker's alone.
+    limit_used: int | None = None
 
     @property
     def near_limit(self) -> bool:
-        """Resident memory at :data:`NEAR_LIMIT` of the limit or more."""
-        return bool(self.memory_bytes and self.memory_limit and self.memory_bytes >= NEAR_LIMIT * self.memory_limit)
+        """The memory counted against the limit at :data:`NEAR_LIMIT` of it or more."""
+        return near(self.limit_used if self.limit_used is not None else self.memory_bytes, self.memory_limit)
+
+
+def shared_limits(usages: Sequence[WorkerUsage]) -> list[WorkerUsage]:
+    """``usages`` with ``limit_used`` set: the workers of one host that report the same limit live
+    under it together, so each counts their resident memory summed."""
+    totals: dict[tuple[str, int], int] = {}
+    for u in usages:
+        if u.memory_limit is not None and u.memory_bytes is not None:
+            key = (u.host, u.memory_limit)
+            totals[key] = totals.get(key, 0) + u.memory_bytes
+    return [replace(u, limit_used=totals[(u.host, u.memory_limit)])
+            if u.memory_limit is not None and u.memory_bytes is not None else u for u in usages]
 
 
 def cpu_share(cpu: float, age: float, before: tuple[float, float] | None) -> float:
@@ -90,10 +119,12 @@ class UsageReader:
                 started = proc.create_time()
                 times = proc.cpu_times()
                 resident = proc.memory_info().rss
+            environ = proc.environ()  # a Slurm job's --mem, for a notebook that runs in one
         except psutil.Error as exc:
             return WorkerUsage(handle.index, handle.host, pid, None, None, f"cannot read process {pid}: {exc}")
         percent = self._share((handle.host, pid), times.user + times.system, time.time() - started)
-        return WorkerUsage(handle.index, handle.host, pid, percent, resident, memory_limit=memory_limit(pid))
+        return WorkerUsage(handle.index, handle.host, pid, percent, resident,
+                           memory_limit=memory_limit(pid, environ=environ))
 
     async def _one(self, worker: Worker, timeout: float) -> WorkerUsage:
         handle = worker.handle
@@ -110,8 +141,8 @@ class UsageReader:
                            "this engine's workers report no CPU or memory")
 
     async def read(self, workers: Sequence[Worker], timeout: float = USAGE_TIMEOUT) -> list[WorkerUsage]:
-        """Every worker's usage, read at once."""
-        return list(await asyncio.gather(*(self._one(w, timeout) for w in workers)))
+        """Every worker's usage, read at once (the memory counted against each limit: :func:`shared_limits`)."""
+        return shared_limits(await asyncio.gather(*(self._one(w, timeout) for w in workers)))
 
     async def poll(self, workers: Callable[[], Sequence[Worker]], emit: EventSink,
                    every: float = USAGE_EVERY) -> None:

@@ -2,7 +2,7 @@
 
 One shape for every reader: the kernel writes it (registry/publication.py), the Jupyter server
 extension reads it, drops ``control`` and adds ``notebook``, ``uptime`` and each worker's
-``cpu_percent`` and ``memory_bytes`` (server/service.py ``_view``), and the clusters panel's
+CPU and memory figures, flattened from ``usage`` (server/service.py ``_view``), and the clusters panel's
 JavaScript shows it (labextension/src/index.js names this module). Nothing here has a
 thread, a file or a process: what the document says about a task is what its launcher stated
 (``local``: ``KernelHandle.on_this_machine``; ``scheduler.owned``: the launcher's ``status()``).
@@ -47,11 +47,25 @@ class CellText(TypedDict, total=False):
     ended: float
 
 
+class TaskUsage(TypedDict):
+    """A cell kernel's CPU and memory as last read on its own host by the notebook's side
+    (engine/usage.py: every 2 s while a cell runs, and at each ``Cluster.usage()`` /
+    ``%mwcluster status``); ``read_at`` is when (this machine's clock). None where not read."""
+
+    cpu_percent: float | None
+    memory_bytes: int | None
+    memory_limit: int | None
+    near_limit: bool
+    read_at: float
+
+
 class Task(TypedDict):
     """One TensorFlow task (a kernel) of the cluster.
 
     ``local`` is the kernel handle's own ``on_this_machine``; ``pid_start`` (``/proc`` start
-    time) is recorded for local tasks only. Only a task with both is ever signalled from here."""
+    time) is recorded for local tasks only. Only a task with both is ever signalled from here.
+    ``usage``: its last CPU and memory figures (:class:`TaskUsage`), None before the first reading
+    and for a ``--ps`` cluster's servers (which run no cell and are not read)."""
 
     index: int
     role: str
@@ -67,6 +81,7 @@ class Task(TypedDict):
     runs_cell: bool
     restarts: int
     last_error: str
+    usage: TaskUsage | None
 
 
 class Scheduler(TypedDict, total=False):

@@ -13,8 +13,13 @@ launcher owns its Slurm allocation (``owned`` in its job status); the backend is
 (``ClusterSpec.backend``). Nothing here guesses them. It never sweeps other kernels' files
 (registry/orphans.py ``sweep_once``, when the extension loads, and the server do).
 
-Cost to the cell: the wrapped sink runs on the engine's loop thread and only records states and
-error lines (an output chunk costs one ``isinstance`` check); the file is written on the writer's
+Each cell kernel's CPU and memory are the figures the notebook's side reads anyway (engine/usage.py):
+the status table's poll, every 2 s while a cell runs (its ``WorkerResources`` events), and each
+``Cluster.usage()`` (``%mwcluster status``); the document keeps the last ones with the time they were
+read. There is no reading for the panel alone: between cells the figures are those of the last one.
+
+Cost to the cell: the wrapped sink runs on the engine's loop thread and only records states, error
+lines and usage figures (an output chunk costs one ``isinstance`` check); the file is written on the writer's
 own thread, at most twice a second, and pids and hosts are asked of the cluster only after an
 operation ends or workers were replaced. Any failure here is logged, never raised into the engine.
 """
@@ -41,13 +46,21 @@ from mwnotebook.registry.document import (
     Phase,
     Scheduler,
     Task,
+    TaskUsage,
     first_lines,
     spec_summary,
 )
 from mwnotebook.registry.owner import this_owner
 from mwnotebook.registry.processes import start_time
 from mwnotebook.registry.writer import StateWriter
-from mwnotebook.shared.events import Event, EventSink, RunRestarted, WorkerOutput, WorkerStateChanged
+from mwnotebook.shared.events import (
+    Event,
+    EventSink,
+    RunRestarted,
+    WorkerOutput,
+    WorkerResources,
+    WorkerStateChanged,
+)
 
 __all__ = ["CELL_END_WAIT", "WRITE_INTERVAL", "Publication", "first_lines", "spec_summary"]
 
@@ -88,6 +101,21 @@ class StatusEntry(Protocol):
     def on_this_machine(self) -> bool: ...
 
 
+class UsageEntry(Protocol):
+    """One cell kernel's CPU and memory as ``Cluster.usage()`` reads them (engine/usage.py ``WorkerUsage``)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def cpu_percent(self) -> float | None: ...
+    @property
+    def memory_bytes(self) -> int | None: ...
+    @property
+    def memory_limit(self) -> int | None: ...
+    @property
+    def near_limit(self) -> bool: ...
+
+
 class Publishable(Protocol):
     """What a publication needs of its cluster: the blocking facade's public, thread-safe methods.
     ``spec.backend`` is read (config/spec.py ``ClusterSpec.backend``)."""
@@ -109,7 +137,13 @@ def task_entry(info: StatusEntry) -> Task:
     return {"index": info.index, "role": info.role, "task": info.task, "host": info.host, "pid": info.pid,
             "pid_start": start_time(info.pid) if local and info.pid else None, "local": local,
             "state": info.state, "alive": info.alive, "tf_config": info.tf_config, "address": info.address,
-            "runs_cell": info.runs_cell, "restarts": info.restarts, "last_error": ""}
+            "runs_cell": info.runs_cell, "restarts": info.restarts, "last_error": "", "usage": None}
+
+
+def usage_entry(u: UsageEntry | WorkerResources) -> TaskUsage:
+    """A kernel's figures as the document keeps them, read now."""
+    return {"cpu_percent": u.cpu_percent, "memory_bytes": u.memory_bytes, "memory_limit": u.memory_limit,
+            "near_limit": bool(u.near_limit), "read_at": time.time()}
 
 
 def scheduler_entry(job: dict[str, Any] | None) -> Scheduler:
@@ -151,6 +185,7 @@ class Publication:
         self._entries: list[Task] = []
         self._event_states: dict[int, str] = {}
         self._worker_errors: dict[int, str] = {}
+        self._usage: dict[int, TaskUsage] = {}  # by cell kernel index: the last figures read
         self._scheduler: Scheduler | None = None
         self._need_status = False
         self._closed = False
@@ -289,6 +324,19 @@ class Publication:
             elif isinstance(event, RunRestarted):
                 self._restarts += 1
                 self._need_status = True
+                self._usage.clear()  # the figures were the lost workers'
+            elif isinstance(event, WorkerResources):  # the status table's poll while a cell runs
+                self._usage[event.worker] = usage_entry(event)
+        self._changed()
+
+    def usage(self, usages: Sequence[UsageEntry]) -> None:
+        """The figures ``Cluster.usage()`` just read (``%mwcluster status``): the panel shows them
+        until the next reading (no reading of its own)."""
+        if self._path is None:
+            return
+        with self._lock:
+            for u in usages:
+                self._usage[u.index] = usage_entry(u)
         self._changed()
 
     def _check_restarted(self) -> bool:
@@ -313,6 +361,7 @@ class Publication:
             if entry.get("runs_cell") and index in self._event_states:
                 worker["state"] = self._event_states[index]
             worker["last_error"] = self._worker_errors.get(index, "")
+            worker["usage"] = self._usage.get(index) if entry.get("runs_cell") else None
             workers.append(worker)
         spec = self._cluster.spec
         hosts = sorted({w["host"] for w in workers if w.get("host")}) or list(getattr(spec, "hosts", ()))

@@ -1,8 +1,9 @@
 """What the REST API does, without HTTP: list the clusters, look at one, act on one.
 
 Each listing reads every state file of this user (mwnotebook/registry/state.py), sweeps the
-orphaned ones (mwnotebook/registry/orphans.py) and adds, for workers on this machine, their CPU and
-memory. An action goes to the owning kernel's control socket while the owner lives; with the owner
+orphaned ones (mwnotebook/registry/orphans.py) and adds each worker's CPU and memory: read here for
+workers on this machine, the figures the notebook last read and published for the others (SSH, Slurm,
+Ray hosts). An action goes to the owning kernel's control socket while the owner lives; with the owner
 gone, ``stop`` ends the processes the file names and ``interrupt`` sends them SIGINT; ``restart``
 needs the owner.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from mwnotebook.processes.shipped.proc_usage import near
 from mwnotebook.registry import control, orphans, processes, state
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,19 @@ STATUS: dict[str, int] = {
     "busy": 409,
     "unreachable": 502,
 }
+
+
+def _published_usage(usage: Any, now: float) -> dict[str, Any]:
+    """A worker's last published figures, flat, as the panel reads them: ``cpu_percent``,
+    ``memory_bytes``, ``memory_limit``, ``near_limit`` and ``usage_age`` (seconds since they were read
+    on the worker's host; None: never read). registry/publication.py says when they are read."""
+    if not isinstance(usage, dict):
+        return {"cpu_percent": None, "memory_bytes": None, "memory_limit": None, "near_limit": False,
+                "usage_age": None}
+    read_at = usage.get("read_at")
+    return {"cpu_percent": usage.get("cpu_percent"), "memory_bytes": usage.get("memory_bytes"),
+            "memory_limit": usage.get("memory_limit"), "near_limit": usage.get("near_limit") is True,
+            "usage_age": max(0.0, now - read_at) if isinstance(read_at, (int, float)) else None}
 
 
 class ServiceError(Exception):
@@ -131,15 +146,17 @@ class ClusterService:
 
     def _view(self, document: dict[str, Any], notebooks: dict[str, str],
               seen: set[tuple[int, int | None]]) -> dict[str, Any]:
-        """The document as the panel shows it: the notebook's path, uptime, each local worker's CPU and memory."""
+        """The document as the panel shows it: the notebook's path, uptime, each worker's CPU and memory
+        (:func:`_published_usage`; read here, now, for a worker on this machine)."""
         owner = document.get("owner") or {}
         kernel = owner.get("kernel_id")
         view = {key: value for key, value in document.items() if key != "control"}
         view["notebook"] = notebooks.get(kernel or "") or owner.get("session_name")
         view["uptime"] = max(0.0, time.time() - float(document.get("created") or time.time()))
         workers = []
+        now = time.time()
         for worker in document.get("workers") or []:
-            worker = {**worker, "cpu_percent": None, "memory_bytes": None}
+            worker = {**worker, **_published_usage(worker.get("usage"), now)}
             if worker.get("local") and isinstance(worker.get("pid"), int):
                 key = (worker["pid"], worker.get("pid_start"))
                 seen.add(key)
@@ -149,6 +166,9 @@ class ClusterService:
                         with proc.oneshot():
                             worker["cpu_percent"] = proc.cpu_percent(None)
                             worker["memory_bytes"] = proc.memory_info().rss
+                        worker["usage_age"] = 0.0
+                        worker["near_limit"] = worker["near_limit"] or near(worker["memory_bytes"],
+                                                                            worker["memory_limit"])
                     except psutil.Error:
                         pass
             workers.append(worker)

@@ -16,14 +16,18 @@ def _row(u: WorkerUsage) -> list[str]:
     cpu = "-" if u.cpu_percent is None else f"{u.cpu_percent:.0f}"
     memory = "-" if u.memory_bytes is None else f"{u.memory_bytes / _MIB:.0f}"
     limit = "-" if u.memory_limit is None else f"{u.memory_limit / _MIB:.0f}"
-    note = f"NEAR ITS MEMORY LIMIT ({u.memory_bytes / u.memory_limit:.0%})" if (
-        u.near_limit and u.memory_bytes and u.memory_limit) else u.note
+    note = u.note
+    if u.near_limit and u.memory_limit:
+        used = u.limit_used if u.limit_used is not None else u.memory_bytes or 0
+        shared = " with this host's other workers" if used != u.memory_bytes else ""
+        note = f"NEAR ITS MEMORY LIMIT ({used / u.memory_limit:.0%}{shared})"
     return [str(u.index), u.host or "-", str(u.pid or "-"), cpu, memory, limit, note]
 
 
 def usage_bundle(usages: Sequence[WorkerUsage]) -> dict[str, str]:
     """Text and HTML: worker, host, pid, CPU % (of one core, since the previous status), resident MiB,
-    the memory limit it lives under; a worker near that limit says so in its note."""
+    the memory limit it lives under; a worker near that limit says so in its note (with the share of
+    the limit used, its own or with the workers of its host under the same limit: engine/usage.py)."""
     headers = ["worker", "host", "pid", "CPU %", "memory MiB", "limit MiB", "note"]
     rows = [_row(u) for u in usages]
     caption = "CPU and memory, read on each worker's host"

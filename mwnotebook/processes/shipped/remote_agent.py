@@ -209,7 +209,7 @@ def _send_usage(kernel: Kernel) -> None:
              note=f"cannot read /proc/{pid}: {exc}")
         return
     send("usage", pid=pid, cpu_seconds=cpu, age=age, memory_bytes=resident,
-         memory_limit=proc_usage.memory_limit(pid), note="")
+         memory_limit=proc_usage.memory_limit(pid, environ=os.environ), note="")
 
 
 def _send_stacks(kernel: Kernel) -> None:
