@@ -339,17 +339,36 @@ class Hub:
         except (OSError, ValueError):
             return None
 
+    def cluster_documents(self, student: Student) -> list[dict[str, Any]]:
+        """The state documents of the student's clusters (mwnotebook/registry/document.py), read as root
+        from their Jupyter runtime directory."""
+        directory = Path(pwd.getpwnam(student.name).pw_dir) / ".local/share/jupyter/runtime/mwnotebook"
+        found = []
+        for path in sorted(directory.glob("cluster-*.json")):
+            try:
+                found.append(dict(json.loads(path.read_text())))
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def cluster_summary(self, student: Student) -> str:
+        """What the student's clusters are doing, for a failure's message: state, cell, last error,
+        each worker's state and whether its process runs."""
+        lines = []
+        for d in self.cluster_documents(student):
+            workers = [(w.get("index"), w.get("pid"), w.get("state"), w.get("alive"),
+                        psutil.pid_exists(w["pid"]) if isinstance(w.get("pid"), int) else None, w.get("last_error"))
+                       for w in d.get("workers") or []]
+            lines.append(f"{d.get('id')}: {d.get('state')} cell={d.get('cell')} last_cell={d.get('last_cell')} "
+                         f"restarts={d.get('restarts')} last_error={d.get('last_error')!r} workers={workers}")
+        return "\n".join(lines) or "no cluster"
+
     def cell_ended(self, student: Student, since: datetime) -> datetime | None:
         """When the student's cluster went idle after a cell that ended after ``since``: ``last_cell.ended``
         of its state file (mwnotebook/registry/document.py), read as root from the student's Jupyter
         runtime directory while their server runs; None while the cell runs or with no cluster."""
-        directory = Path(pwd.getpwnam(student.name).pw_dir) / ".local/share/jupyter/runtime/mwnotebook"
         ended = []
-        for path in directory.glob("cluster-*.json"):
-            try:
-                document = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
+        for document in self.cluster_documents(student):
             if document.get("state") == "idle" and (document.get("last_cell") or {}).get("ended"):
                 ended.append(float(document["last_cell"]["ended"]))
         last = datetime.fromtimestamp(max(ended), timezone.utc) if ended else None

@@ -67,18 +67,20 @@ def test_the_hubs_idle_culler_keeps_a_server_whose_cell_trains_quietly_and_ends_
                 [sys.executable, "-m", "jupyterhub_idle_culler", f"--url={hub.url}/hub/api",
                  f"--timeout={CULLER_TIMEOUT}", "--cull-every=5"],
                 env={**os.environ, "JUPYTERHUB_API_TOKEN": hub.culler_token}, stdout=log, stderr=subprocess.STDOUT)
-        ended = None
+        ended, summary = None, ""
         deadline = time.monotonic() + TRAINING_SECONDS + 240  # a hang bound: the training, then the culler
         while hub.ready(student.name):
             ended = hub.cell_ended(student, closed) or ended
-            assert time.monotonic() < deadline, "the idle culler never ended the server"
+            summary = hub.cluster_summary(student) if ended is None else summary  # the last before the cull
+            assert time.monotonic() < deadline, f"the idle culler never ended the server:\n{summary}"
             time.sleep(0.5)
         culled = datetime.now(timezone.utc)
         hub.wait_stopped(student.name, timeout=120)
         left = wait_no_process(student.uid)
         assert not left, [(p.pid, p.cmdline()) for p in left]
         trained = hub.trained_at(student)
-        assert trained is not None, "the server was culled before the quiet cell's training ended"
+        assert trained is not None, (
+            f"the server was culled before the quiet cell's training ended (cell ended: {ended}):\n{summary}")
         assert ended is not None and ended <= culled
         record("idle_culler", {"timeout_s": CULLER_TIMEOUT, "cull_every_s": 5, "training_s": TRAINING_SECONDS,
                                "server_kept_after_tab_closed_s": round((culled - closed).total_seconds(), 1),

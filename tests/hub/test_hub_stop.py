@@ -79,7 +79,7 @@ def test_the_hub_sees_a_quiet_training_cell_as_activity_with_no_tab_open(hub: Hu
         watch = Watch(lambda: (datetime.now(timezone.utc), *hub.last_activity(student.name)), interval=1.0)
         deadline = time.monotonic() + QUIET_SECONDS + 120  # a hang bound for the cell's end
         while (ended := hub.cell_ended(student, closed)) is None:
-            assert time.monotonic() < deadline, "the quiet cell never ended"
+            assert time.monotonic() < deadline, f"the quiet cell never ended:\n{hub.cluster_summary(student)}"
             time.sleep(0.5)
         time.sleep(3 * ACTIVITY_INTERVAL)  # after the cell: the hub's figure must stay put
         samples = [value for _, value in watch.stop() if not isinstance(value, Exception)]
