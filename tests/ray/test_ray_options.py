@@ -12,6 +12,8 @@ from mwnotebook.config.options import add_cluster_arguments, spec_from_options
 from mwnotebook.errors import ConfigError
 from mwnotebook.launchers.ray.session import head_endpoint, init_error, resolve_address
 
+pytestmark = pytest.mark.ray
+
 
 def test_the_options_give_the_ray_fields() -> None:
     import argparse

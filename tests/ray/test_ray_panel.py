@@ -14,10 +14,13 @@ import textwrap
 from pathlib import Path
 
 import psutil
+import pytest
 
 from mwnotebook.registry import orphans, state
 from testbed import ray_nodes
 from tests._shared.waits import wait_for
+
+pytestmark = pytest.mark.ray
 
 
 def running(pid: int) -> bool:

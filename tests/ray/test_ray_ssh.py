@@ -35,7 +35,7 @@ from testbed import ray_nodes
 from testbed.seed_cell import SEED_CELL, WHERE_LINE, expected_line
 from tests._shared.waits import wait_until
 
-pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"

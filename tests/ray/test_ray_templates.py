@@ -25,7 +25,7 @@ from testbed import ray_nodes
 from testbed.processes import running
 from testbed.seed_cell import SEED_CELL, expected_line
 
-pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 #: A notebook process: a first cluster, stopped; a second one with other options; then it waits.

@@ -20,7 +20,7 @@ from mwnotebook.shared.events import WorkerResources
 from testbed import ray_nodes
 
 #: Hang bounds only, generous for a loaded 2-core machine.
-pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
 HOLD = '''import numpy as np
 held = np.ones(40_000_000)  # 320 MB, resident

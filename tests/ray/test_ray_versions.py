@@ -21,7 +21,7 @@ import pytest
 from mwnotebook import Cluster, ClusterStartError
 from testbed import ray_nodes
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 #: The venv tools/test.sh makes (its default path, when the variable is not set).
 DEFAULT_OTHER_PYTHON = Path.home() / ".cache/mwnotebook/ray-other-python/bin/python"

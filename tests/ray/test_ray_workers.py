@@ -6,7 +6,6 @@ a notebook process SIGKILLed, and last a node killed mid-training (the node is s
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,36 +21,12 @@ from mwnotebook import Cluster, ClusterRunError, ClusterStartError
 from mwnotebook.shared.events import Event, WorkerOutput
 from testbed import ray_nodes
 from testbed.processes import running
-from testbed.seed_cell import LONG_RUN, SEED_CELL, expected_line
+from testbed.seed_cell import LONG_RUN, SEED_CELL, WHERE_LINE, expected_line
+from tests._shared.waits import wait_until
 
-pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-
-def placement_groups(address: str) -> list[str]:
-    """The states of the cluster's placement groups, asked by a driver of its own."""
-    code = (f"import json, ray; ray.init(address={address!r}, log_to_driver=False);"
-            "from ray.util import placement_group_table;"
-            "print(json.dumps([g['state'] for g in placement_group_table().values()]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-def wait_until(check: object, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.2)
-    return bool(check())  # type: ignore[operator]
-
-
-#: Appended to the seed: the worker's own TF_CONFIG address (its bundle's node), after the seed's line.
-WHERE_LINE = ('\nimport json as _json, os as _os\n_c = _json.loads(_os.environ["TF_CONFIG"])\n'
-              'print("at", _c["cluster"]["worker"][_c["task"]["index"]].rsplit(":", 1)[0])\n')
 
 
 def test_the_seed_through_mwnotebook_run_with_ray_client(ray_env: ray_nodes.RayTestCluster, tmp_path: Path) -> None:
@@ -91,7 +66,7 @@ def test_auto_workers_on_distinct_nodes_and_nothing_left_after_stop(
     assert all(pid is not None and wait_until(lambda p=pid: not running(p), 15) for pid in pids), pids
     # the bundles' relays end; the node templates' stay for the notebook's next cluster (ray_env ends them)
     assert wait_until(lambda: len(ray_env.actor_pids()) == 2, 30), ray_env.actor_pids()
-    assert all(state == "REMOVED" for state in placement_groups(ray_env.address))
+    assert all(state == "REMOVED" for state in ray_env.placement_group_states())
 
 
 @pytest.mark.parametrize(("address", "env", "shown"), [
@@ -179,7 +154,7 @@ def test_a_sigkilled_notebook_process_leaves_no_actor_agent_or_kernel(ray_env: r
             notebook.wait(10)
         if notebook.stdout is not None:
             notebook.stdout.close()
-    assert all(state == "REMOVED" for state in placement_groups(ray_env.address))
+    assert all(state == "REMOVED" for state in ray_env.placement_group_states())
 
 
 def kill_node_on(ray_env: ray_nodes.RayTestCluster, node: ray_nodes.RayNode, worker: int, text: str,
