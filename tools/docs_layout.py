@@ -1,9 +1,14 @@
-"""The layout page (docs/reference/layout.md) made from each package's docstring, so it cannot drift.
+"""The layout page (docs/reference/layout.md) and CONTRIBUTING.md's tier table, made from docstrings,
+so neither can drift.
 
 One row per package of ``mwnotebook/`` (its folder, the process it runs in, its docstring's first
-paragraph) and one line per test tier (``tests/*/``). A package or tier this file does not know yet
-stops tools/docs_reference.py with an error that says what to add; a file a package docstring names
-that does not exist is reported by :func:`missing_named_files` (tests/unit/test_docs_reference.py).
+paragraph), one row per module of the test bed (``testbed/``, its module docstring's first paragraph)
+and one row per test tier (``tests/*/``, its ``__init__.py`` docstring: what it covers, then its
+``Marker:`` and ``Needs:`` lines). The same tier rows are CONTRIBUTING.md's table, between the two
+``<!-- tiers ... -->`` marks (:func:`contributing`). A package this file does not know yet, or a
+tier without that docstring, stops tools/docs_reference.py with an error that says what to add; a
+file a package docstring names that does not exist is reported by :func:`missing_named_files`
+(tests/unit/test_docs_reference.py, which also fails when CONTRIBUTING.md's table is stale).
 """
 
 from __future__ import annotations
@@ -45,20 +50,6 @@ RUNS_IN: dict[str, str] = {
     "mwnotebook/experiments": "the notebook process",
 }
 
-#: What each test tier holds (tests/<tier>/; a tier not named here stops the page's generation).
-TIERS: dict[str, str] = {
-    "unit": "pure logic, no kernels (the fault policy with fake workers)",
-    "integration": "real kernels, no TensorFlow",
-    "tf": "real TensorFlow workers",
-    "reliability": "fault injection on real clusters; prints a table",
-    "remote": "sshd test hosts in network namespaces; needs root",
-    "slurm": "a real Slurm (munged, slurmctld and two slurmd in those namespaces); needs root and slurm-wlm",
-    "ray": "a real Ray cluster (a head and two worker nodes on loopback addresses); needs Ray",
-    "browser": "JupyterLab and headless Chromium",
-    "panel": "the clusters panel: the Jupyter server extension's API and the sidebar in JupyterLab",
-    "hub": "a real JupyterHub with several users (teaching)",
-    "docs": "the docs' tools (lesson copies, reference pages), no build",
-}
 NOT_TIERS = {"_shared", "_plugins", "data", "__pycache__"}
 
 INTRO = """
@@ -106,6 +97,65 @@ def tiers() -> list[str]:
     return sorted(p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and p.name not in NOT_TIERS)
 
 
+def first_paragraph(path: Path) -> str:
+    """The first paragraph of a module's docstring, on one line."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def tier_doc(tier: str) -> tuple[str, str, str]:
+    """(what the tier covers, its marker, what it needs) from tests/<tier>/__init__.py's docstring."""
+    path = ROOT / "tests" / tier / "__init__.py"
+    doc = ast.get_docstring(ast.parse(path.read_text())) if path.exists() else None
+    fields = dict(re.findall(r"^(Marker|Needs): (.*(?:\n(?!Marker:|Needs:).+)*)", doc or "", re.M))
+    if not doc or set(fields) != {"Marker", "Needs"}:
+        raise KeyError(f"tools/docs_layout.py: give tests/{tier}/__init__.py a docstring: what the tier covers, "
+                       "then a 'Marker: ...' line and a 'Needs: ...' line (CONTRIBUTING.md's table is made from it)")
+    covers = " ".join(doc.split("\n\n")[0].split())
+    return covers, " ".join(fields["Marker"].split()).rstrip("."), " ".join(fields["Needs"].split()).rstrip(".")
+
+
+def testbed_modules() -> list[Path]:
+    return sorted(p for p in (ROOT / "testbed").glob("*.py") if p.name != "__init__.py")
+
+
+def tier_table() -> list[str]:
+    """CONTRIBUTING.md's tier table: one row per tier, from its docstring."""
+    rows = ["| tier | marker | what it needs | what it covers |", "|---|---|---|---|"]
+    for tier in tiers():
+        covers, marker, needs = (_md(part) for part in tier_doc(tier))
+        rows.append(f"| `tests/{tier}` | {marker} | {needs} | {covers} |")
+    return rows
+
+
+#: CONTRIBUTING.md's generated region: the tier table and the test bed's modules.
+CONTRIBUTING = ROOT / "CONTRIBUTING.md"
+BEGIN = "<!-- tiers: made by tools/docs_reference.py from tests/*/__init__.py and testbed/; do not edit -->"
+END = "<!-- end of tiers -->"
+
+
+def contributing(text: str) -> str:
+    """``text`` (CONTRIBUTING.md) with its tier region made afresh."""
+    if BEGIN not in text or END not in text:
+        raise KeyError(f"CONTRIBUTING.md: the tier table goes between {BEGIN!r} and {END!r}")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    bed = [f"- `testbed/{p.name}`: {_md(first_paragraph(p))}" for p in testbed_modules()]
+    region = [BEGIN, *tier_table(), "",
+              "The test bed (`testbed/`) is what the tiers, benchmarks/ and tools/ start; test-only fakes, waits "
+              "and shared checks are in `tests/_shared`, the pytest plugins in `tests/_plugins`:", "", *bed, END]
+    return head + "\n".join(region) + tail
+
+
+def contributing_is_stale() -> bool:
+    text = CONTRIBUTING.read_text()
+    return contributing(text) != text
+
+
+def write_contributing() -> None:
+    CONTRIBUTING.write_text(contributing(CONTRIBUTING.read_text()))
+
+
 def missing_named_files() -> list[str]:
     """Files and folders a package docstring names (``x.py``, ``x/``) that are not in that package."""
     missing = []
@@ -132,17 +182,24 @@ def layout_page() -> str:
             raise KeyError(f"tools/docs_layout.py: add {key!r} to RUNS_IN (which process runs it)")
         rows.append(f"| `{key}/` | {RUNS_IN[key]} | {_md(package_doc(folder))} |")
     rows += [f"| {folder} | {runs} | {what} |" for folder, runs, what in OTHER_ROWS]
-    tier_lines = []
-    for tier in tiers():
-        if tier not in TIERS:
-            raise KeyError(f"tools/docs_layout.py: add tests/{tier} to TIERS (what the tier tests)")
-        tier_lines.append(f"- `tests/{tier}`: {TIERS[tier]}")
+    tier_rows = [f"| `tests/{tier}/` | {_md(tier_doc(tier)[1])} | {_md(tier_doc(tier)[0])} |" for tier in tiers()]
+    tier_rows += [f"| `tests/{name}/` | (helpers) | {_md(first_paragraph(ROOT / 'tests' / name / '__init__.py'))} |"
+                  for name in ("_shared", "_plugins")]
+    bed_rows = [f"| `testbed/{p.name}` | {_md(first_paragraph(p))} |" for p in testbed_modules()]
     from docs_reference import GENERATED
 
     text = "\n".join([
         "# The repository's layout", "", GENERATED, "", INTRO.strip(), "",
         "| folder | runs in | what |", "|---|---|---|", *rows, "", OUTRO.strip(), "",
-        "The test tiers (`CONTRIBUTING.md` says what each needs and how to run it):", "", *tier_lines, "",
+        "## The tests", "",
+        "Each tier's row is its `tests/<tier>/__init__.py` docstring (`CONTRIBUTING.md`'s tier table is made "
+        "from the same docstrings and says what each tier needs):", "",
+        "| folder | marker | what it covers |", "|---|---|---|", *tier_rows, "",
+        "## The test bed", "",
+        f"{_md(first_paragraph(ROOT / 'testbed' / '__init__.py'))} Each row is the module's docstring. "
+        "No test imports another test module or a conftest, and `benchmarks/`, `tools/` and the test bed "
+        "never import `tests` (`tests/unit/test_import_rules.py`).", "",
+        "| module | what |", "|---|---|", *bed_rows, "",
         "Timings: `benchmarks/`. The docs: `docs/`, built by `bash tools/docs.sh`; the reference pages "
         "are made by `python tools/docs_reference.py`.", ""])
     return text

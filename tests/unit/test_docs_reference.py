@@ -50,6 +50,26 @@ def test_the_staleness_check_sees_a_changed_page(tmp_path: Path, monkeypatch: ob
     assert reference.stale_pages() == ["api.md", "cli.md"]
 
 
+def test_contributing_s_tier_table_is_made_from_the_tiers_docstrings() -> None:
+    """CONTRIBUTING.md's tier table and test bed list are the tiers' and testbed/'s docstrings."""
+    assert not layout.contributing_is_stale(), "run python tools/docs_reference.py and commit CONTRIBUTING.md"
+
+
+def test_the_tier_table_is_remade_from_the_docstrings_and_a_tier_without_one_stops_it(
+        tmp_path: Path, monkeypatch: object) -> None:
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    text = layout.CONTRIBUTING.read_text()
+    edited = text.replace("| `tests/unit` | (none) |", "| `tests/unit` | `unit` |")
+    assert edited != text and layout.contributing(edited) == text
+    (tmp_path / "tests" / "new").mkdir(parents=True)
+    (tmp_path / "tests" / "new" / "__init__.py").write_text('"""What it covers.\n\nNeeds: nothing.\n"""\n')
+    monkeypatch.setattr(layout, "ROOT", tmp_path)
+    with pytest.raises(KeyError, match=r"tests/new/__init__.py a docstring.*Marker"):
+        layout.tier_table()
+
+
 def test_package_docstrings_name_only_files_that_exist() -> None:
     """The layout page is the packages' docstrings: a module they name must be there."""
     assert layout.missing_named_files() == []
