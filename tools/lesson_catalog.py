@@ -102,11 +102,13 @@ LESSONS = (
                   "input wait {plain} of a step with a plain pipeline, {builder} with the recipe's; two workers "
                   "with every recipe: epoch loss {first} → {last}, accuracy {accuracy}")),
     Lesson("06_laptop_ssh_slurm", "tests/slurm/test_slurm_frontends.py",
-           "one cell, three places: this machine, SSH hosts, a Slurm allocation (`--slurm`)", ("01", "04"),
-           (LOCAL, SSH, SLURM), 15,
+           "a scheduler picks the machines (`--slurm`): the allocation and its job, the same cell as a batch "
+           "job (`--export DIR --format slurm`)", ("01", "04"), (LOCAL, SLURM), 15,
            Result(rf"^\[worker 0\] worker=0 replicas=(?P<replicas>\d+) initial_loss=(?P<first>{_FLOAT}) "
-                  rf"final_loss=(?P<last>{_FLOAT})",
-                  "the same line in all three places: `replicas={replicas}`, loss {first} → {last}")),
+                  rf"final_loss=(?P<last>{_FLOAT})[\s\S]*?^mwnotebook: Slurm job \d+ \((?P<state>\w+)\)"
+                  r"[\s\S]*?^(?P<ntasks>#SBATCH --ntasks=\d+)",
+                  "lesson 01's line on two Slurm nodes (`replicas={replicas}`, loss {first} → {last}), the job "
+                  "{state} in the status; the exported batch job's `{ntasks}`")),
     Lesson("07_official_tutorial_flows", "tests/tf/test_tutorial_flows.py",
            "the chief saves, the notebook loads and evaluates; `BackupAndRestore` resumes", ("01", "02"),
            (LOCAL,), 15,
@@ -128,10 +130,13 @@ LESSONS = (
                   rf"chief ps_loss (?P<first>{_FLOAT}) -> (?P<last>{_FLOAT})",
                   "all-reduce with a chief: loss {a} → {b}; parameter servers: {first} → {last}")),
     Lesson("10_ray_cluster", "tests/ray/test_ray_lesson.py",
-           "the same cell in a Ray cluster's placement group (`--ray`)", ("01", "06"), (LOCAL, RAY), 15,
+           "Ray places the workers (`--ray`): the placement group, a bundle per worker and its node; a request "
+           "the cluster cannot hold", ("01", "06"), (LOCAL, RAY), 15,
            Result(rf"^\[worker 0\] worker=0 replicas=(?P<replicas>\d+) initial_loss=(?P<first>{_FLOAT}) "
-                  rf"final_loss=(?P<last>{_FLOAT})",
-                  "the same line on Ray as here: `replicas={replicas}`, loss {first} → {last}")),
+                  rf"final_loss=(?P<last>{_FLOAT})[\s\S]*?"
+                  r"^placement group: strategy (?P<strategy>\w+), state (?P<state>\w+)",
+                  "lesson 01's line on Ray (`replicas={replicas}`, loss {first} → {last}); one placement group, "
+                  "{strategy} and {state}, a bundle per worker on its own node; 64 CPUs per worker refused at once")),
     Lesson("11_a_hang_and_how_to_find_it", "tests/tf/test_lesson_11.py",
            "a collective on one worker only hangs: `%mwcluster stacks` finds it, `--timeout` bounds it",
            ("01", "03"), (LOCAL,), 10,
@@ -149,6 +154,13 @@ LESSONS = (
            Result(rf"^run (?P<best>\d+) has the lowest final loss, (?P<loss>{_FLOAT}): .*LR=(?P<lr>[0-9.]+)",
                   "three learning rates in one cell's history: LR={lr} ends lowest (loss {loss}); TensorBoard's "
                   "reader gives back the same final values")),
+    Lesson("14_finding_the_bottleneck", "tests/tf/test_lesson_14.py",
+           "finding the bottleneck: the slow-worker verdict and `--profile DIR` (every worker traced over the same "
+           "steps), fixed with the input recipe", ("05", "13"), (LOCAL,), 15,
+           Result(r"^\[worker 1\] (?P<before>[0-9.]+) ms per step[\s\S]*?input (?P<share>\d+)% of the step: INPUT "
+                  r"BOUND[\s\S]*?^\[worker 1\] (?P<after>[0-9.]+) ms per step",
+                  "worker 1 named input-bound ({share}% of its step waiting for input); with the input recipe no "
+                  "slow worker and {before} → {after} ms per step")),
 )
 
 BY_NAME = {lesson.name: lesson for lesson in LESSONS}

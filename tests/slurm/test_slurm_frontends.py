@@ -1,5 +1,6 @@
-"""What users run against Slurm: the lesson notebook (the same cell on this machine, on SSH hosts and
-on Slurm, then ``%mwcluster status`` and stop) executed headless, and ``mwnotebook run --slurm``."""
+"""What users run against Slurm: the lesson notebook (lesson 01's program on Slurm, ``%mwcluster status``,
+the same cell exported as a batch job and run again in the same job, then stop) executed headless, and
+``mwnotebook run --slurm``."""
 
 from __future__ import annotations
 
@@ -18,29 +19,28 @@ from testbed.seed_cell import expected_line
 pytestmark = [pytest.mark.slurm, pytest.mark.remote, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def test_lesson_notebook_runs_the_cell_in_three_places(slurm_env: slurm_cluster.SlurmCluster,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    net = slurm_env.net
-    monkeypatch.setenv("HOME", str(net.home))  # the test hosts' ~/.ssh/config, key and known_hosts
-    # OpenSSH reads the passwd home's ~/.ssh/config whatever HOME says: name the test config as ssh -F would
-    monkeypatch.setenv("MWNOTEBOOK_SSH_CONFIG", str(net.ssh_config))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    monkeypatch.setenv("MWNOTEBOOK_HOSTS", ",".join(h.alias for h in slurm_env.nodes))
+def test_lesson_notebook_runs_the_program_on_slurm_and_exports_it(slurm_env: slurm_cluster.SlurmCluster,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MWNOTEBOOK_SLURM", "-N 2")
     monkeypatch.setenv("MWNOTEBOOK_PYTHON", sys.executable)
     nb = execute_lesson("06_laptop_ssh_slurm", timeout=500)
 
     code = [c for c in nb.cells if c.cell_type == "code"]
-    trains = [c for c in code if c.source.startswith("%%mwtrain")]
-    assert [t.source.split("\n", 1)[1] for t in trains[1:]] == [trains[0].source.split("\n", 1)[1]] * 2
-    for train in trains:
-        lines = text_of(train).splitlines()
+    train, exported = [c for c in code if c.source.startswith("%%mwtrain")]
+    assert "--export $JOB_DIR --format slurm" in exported.source
+    assert exported.source.split("\n", 1)[1] == train.source.split("\n", 1)[1]
+    for cell in (train, exported):
+        lines = text_of(cell).splitlines()
         for i in range(2):
-            assert f"[worker {i}] {expected_line(i)}" in lines, text_of(train)[-3000:]
+            assert f"[worker {i}] {expected_line(i)}" in lines, text_of(cell)[-3000:]
     status = text_of(next(c for c in code if c.source.strip() == "%mwcluster status"))
     assert "Slurm job" in status and "(RUNNING) on mwnode0, mwnode1" in status, status
     for host in slurm_env.nodes:
         assert host.address in status
+    assert "Exported a slurm job to" in text_of(exported), text_of(exported)[:2000]
+    sbatch = text_of(code[code.index(exported) + 1]).splitlines()
+    assert {"#SBATCH --ntasks=2", "#SBATCH -N 2"} <= set(sbatch), sbatch
+    assert any(line.startswith("srun --kill-on-bad-exit=1 ") for line in sbatch), sbatch
     # %mwcluster stop cancelled the job; slurm_env checks that nothing is left on the nodes.
 
 
