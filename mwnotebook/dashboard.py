@@ -9,8 +9,8 @@ Usage (what ``%%mwtrain`` does, at a cell's first metric)::
     dash.records / dash.dataframe()          # the collected metrics as plain data
     last_dashboard().dataframe()             # the same, from a later cell
 
-The chart is a panel per metric: the dashboard's own metric (``loss``) first, then every other
-metric the workers report (``accuracy``, ``val_*`` by epoch, the learning rate last). Each panel has
+The chart is a plot per metric: the dashboard's own metric (``loss``) first, then every other
+metric the workers report (``accuracy``, ``val_*`` by epoch, the learning rate last). Each plot has
 one line per worker (its own, local value) and, for a metric ``m``, a dashed "global" line when the
 workers report ``global_m`` (the value over all workers: the Keras callback adds ``global_loss`` and
 friends in ``model.fit``; a custom loop reports it itself, ``mw.report(step=i, global_loss=...)``).
@@ -22,7 +22,7 @@ failed worker's row turns red with its error name. Frontend updates are throttle
 In a notebook the live chart is a widget (anywidget + uPlot, ``mwnotebook/frontend/chart/widget.py``)
 that receives only the new points; where no widget can be drawn (terminal IPython, the JavaScript not
 built) it is an SVG picture updated in place. :meth:`Dashboard.finish` replaces it (same display id)
-by a static copy that renders without a kernel (an SVG picture of every panel and plotly's JSON:
+by a static copy that renders without a kernel (an SVG picture of every plot and plotly's JSON:
 JupyterLab, nbconvert, GitHub). The parts live in ``mwnotebook/frontend/chart/``.
 """
 

@@ -48,7 +48,7 @@ class Slow(tf.keras.callbacks.Callback):  # slow enough for a person (and a test
 model.fit(train, epochs={epochs}, validation_data=val, callbacks=[Slow()], verbose=0)
 print("trained")
 '''
-#: A learning rate that decays each step: the schedule's ``lr`` gets a chart panel of its own.
+#: A learning rate that decays each step: the schedule's ``lr`` gets a chart plot of its own.
 DECAYING_RATE = "tf.keras.optimizers.schedules.ExponentialDecay(0.3, decay_steps=64, decay_rate=0.7)"
 
 
@@ -159,18 +159,18 @@ def wait_state(page, cell: int, check, timeout_s: float, what: str) -> dict[str,
     raise AssertionError(f"{what}: not seen in {timeout_s} s; last state: {last}")
 
 
-def panel(st: dict[str, Any], metric: str) -> dict[str, Any]:
-    for p in st["panels"]:
+def plot(st: dict[str, Any], metric: str) -> dict[str, Any]:
+    for p in st["plots"]:
         if p["metric"] == metric:
             return p
-    raise AssertionError(f"no {metric} panel in {[p['metric'] for p in st['panels']]}")
+    raise AssertionError(f"no {metric} plot in {[p['metric'] for p in st['plots']]}")
 
 
 def overlay_box(page, cell: int, metric: str) -> dict[str, float]:
-    over = page.locator(".jp-Notebook .jp-Cell").nth(cell).locator(f".mw-panel[data-metric='{metric}'] .u-over")
+    over = page.locator(".jp-Notebook .jp-Cell").nth(cell).locator(f".mw-plot[data-metric='{metric}'] .u-over")
     over.scroll_into_view_if_needed(timeout=10_000)  # the notebook scrolls inside its own panel
     box = over.bounding_box()
-    assert box is not None, f"no {metric} panel drawn"
+    assert box is not None, f"no {metric} plot drawn"
     return box
 
 

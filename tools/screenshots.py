@@ -83,8 +83,8 @@ def make(out: Path, work: Path) -> None:
 
 def interact(page, out: Path) -> None:
     # hang bounds only: the workers start and import TensorFlow on a shared machine
-    wp.wait_state(page, 1, lambda s: {p["metric"] for p in s["panels"]} >= {"loss", "accuracy"}
-                  and min(wp.panel(s, "loss")["points"]) >= 40, 300, "live loss and accuracy panels")
+    wp.wait_state(page, 1, lambda s: {p["metric"] for p in s["plots"]} >= {"loss", "accuracy"}
+                  and min(wp.plot(s, "loss")["points"]) >= 40, 300, "live loss and accuracy plots")
     page.mouse.move(0, 0)
     shoot(page, out / "chart-mid-training.png")
     box = wp.overlay_box(page, 1, "loss")
@@ -95,11 +95,11 @@ def interact(page, out: Path) -> None:
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] * 0.45, box["y"] + box["height"] * 0.5, steps=6)
     page.mouse.up()
-    wp.wait_state(page, 1, lambda s: wp.panel(s, "loss")["zoomed"], 10, "drag zoom")
+    wp.wait_state(page, 1, lambda s: wp.plot(s, "loss")["zoomed"], 10, "drag zoom")
     page.mouse.move(0, 0)
     shoot(page, out / "zoom.png")
     page.mouse.dblclick(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
-    wp.wait_state(page, 1, lambda s: not wp.panel(s, "loss")["zoomed"], 10, "zoom reset")
+    wp.wait_state(page, 1, lambda s: not wp.plot(s, "loss")["zoomed"], 10, "zoom reset")
     chip = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".mw-chip[data-series='1']")
     chip.click()
     wp.wait_state(page, 1, lambda s: s["hidden"] == [1], 10, "worker 1 hidden")

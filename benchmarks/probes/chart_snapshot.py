@@ -46,7 +46,7 @@ def measure(workers: int, steps: int, repeats: int) -> dict[str, Any]:
     assert snap is not None
     kept = len(json.dumps(snap))
     header, data = overlay_state(earlier_runs([(3, snap), (2, snap), (1, snap)]))
-    return {"workers": workers, "steps": steps, "metrics": len(snap["panels"]),
+    return {"workers": workers, "steps": steps, "metrics": len(snap["plots"]),
             "snapshot_ms_median": round(statistics.median(times) * 1000, 3),
             "snapshot_json_bytes": kept, "overlay_bytes_3_runs": len(data) + len(json.dumps(header))}
 

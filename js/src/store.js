@@ -1,7 +1,7 @@
 // The widget's data, kept on the model (not the view): what the kernel's messages carry.
 //
-// One message = {seq, key, panels, chunks, epochs, nan, names} + one Float32 buffer. `chunks` is a
-// list of [panel, series, n]; the buffer holds, chunk after chunk, n x values then n y values.
+// One message = {seq, key, plots, chunks, epochs, nan, names} + one Float32 buffer. `chunks` is a
+// list of [plot, series, n]; the buffer holds, chunk after chunk, n x values then n y values.
 // A key frame (`key: true`) carries every point so far and replaces the store (the kernel sends key
 // frames for the first seconds of a widget: custom messages that arrive before this module is
 // loaded are lost, and the kernel cannot hear back from a page while its cell runs).
@@ -33,14 +33,14 @@ export class Store {
   }
 
   reset() {
-    this.panels = new Map();   // id -> {id, metric, axis, note, series: Map(index -> {xs, ys}), nans: []}
+    this.plots = new Map();   // id -> {id, metric, axis, note, series: Map(index -> {xs, ys}), nans: []}
     this.epochs = new Map();   // epoch -> step where it starts
     this.restarts = [];        // steps where a resumed attempt went on (--max-restarts)
     this.names = [];
     this.nanNote = "";
   }
 
-  panel(id) { return this.panels.get(id); }
+  plot(id) { return this.plots.get(id); }
 
   handle(msg, buffers) {
     this.messages += 1;
@@ -56,8 +56,8 @@ export class Store {
     if (msg.key) this.reset();
     else if (msg.seq !== this.lastSeq + 1) this.missed += 1;
     this.lastSeq = msg.seq;
-    for (const [id, metric, axis, note] of msg.panels || []) {
-      if (!this.panels.has(id)) this.panels.set(id, {id, metric, axis, note, series: new Map(), nans: []});
+    for (const [id, metric, axis, note] of msg.plots || []) {
+      if (!this.plots.has(id)) this.plots.set(id, {id, metric, axis, note, series: new Map(), nans: []});
     }
     if (msg.names) this.names = msg.names;
     if (msg.note) this.nanNote = msg.note;
@@ -65,20 +65,20 @@ export class Store {
     if (msg.restarts) this.restarts = msg.restarts.slice();
     let at = 0;
     for (const [id, index, n] of msg.chunks || []) {
-      const panel = this.panels.get(id);
+      const plot = this.plots.get(id);
       const xs = values.subarray(at, at + n), ys = values.subarray(at + n, at + 2 * n);
       at += 2 * n;
-      if (!panel) continue;
-      let s = panel.series.get(index);
-      if (!s) { s = {xs: [], ys: []}; panel.series.set(index, s); }
+      if (!plot) continue;
+      let s = plot.series.get(index);
+      if (!s) { s = {xs: [], ys: []}; plot.series.set(index, s); }
       for (let i = 0; i < n; i++) {
         const y = ys[i];
         s.xs.push(xs[i]);
         if (Number.isFinite(y)) s.ys.push(y);
-        else { s.ys.push(null); panel.nans.push([xs[i], index]); }
+        else { s.ys.push(null); plot.nans.push([xs[i], index]); }
       }
       if (s.xs.length > 2 * CAP) halve(s);
-      if (panel.nans.length > 200) panel.nans = panel.nans.filter((_, i) => i % 2 === 0);
+      if (plot.nans.length > 200) plot.nans = plot.nans.filter((_, i) => i % 2 === 0);
     }
     for (const fn of this.listeners) fn();
   }

@@ -5,7 +5,7 @@
 
 import uplotCss from "uplot/dist/uPlot.min.css";
 import { parseEarlier } from "./earlier.js";
-import { Panel } from "./panel.js";
+import { Plot } from "./plot.js";
 import { Store } from "./store.js";
 
 const CSS = `
@@ -17,8 +17,8 @@ const CSS = `
 .mw-live-widget .mw-chip.mw-off{opacity:.35;text-decoration:line-through}
 .mw-live-widget .mw-chip i{display:inline-block;width:14px;height:3px;margin:0 4px 3px 0;vertical-align:middle}
 .mw-live-widget .mw-readout{min-height:16px;font-family:monospace;white-space:pre-wrap;color:#333}
-.mw-live-widget .mw-panels{display:flex;flex-wrap:wrap;gap:8px}
-.mw-live-widget .mw-panel-title{font-size:12px;margin-left:8px;color:#333}
+.mw-live-widget .mw-plots{display:flex;flex-wrap:wrap;gap:8px}
+.mw-live-widget .mw-plot-title{font-size:12px;margin-left:8px;color:#333}
 .mw-live-widget .mw-notes{color:#a33;margin-top:2px}
 .mw-live-widget .mw-legend-row{display:flex;gap:18px;flex-wrap:wrap;align-items:center}
 .mw-live-widget .mw-earlier{display:flex;gap:6px;align-items:center;color:#555}
@@ -38,7 +38,7 @@ class View {
     this.log = false;
     this.smoothing = 0;
     this.zooms = new Map();
-    this.panels = new Map();
+    this.plots = new Map();
     this.hoverState = null;
     // earlier runs of the cell (earlier.js): shown unless the toggle is off; the picker shows all or one
     this.earlier = parseEarlier(model.get("earlier"), model.get("earlier_data"));
@@ -68,12 +68,12 @@ class View {
     this.legend = this.element("div", "mw-legend", legendRow);
     if (this.earlier.length) this.earlierControls(legendRow);
     this.readout = this.element("div", "mw-readout");
-    this.panelBox = this.element("div", "mw-panels");
+    this.plotBox = this.element("div", "mw-plots");
     this.notes = this.element("div", "mw-notes");
     this.pending = false;
     this.onData = () => this.schedule();
     store.listeners.add(this.onData);
-    this.resizer = new ResizeObserver(() => { for (const p of this.panels.values()) p.resize(); });
+    this.resizer = new ResizeObserver(() => { for (const p of this.plots.values()) p.resize(); });
     this.resizer.observe(this.root);
     this.draw();
   }
@@ -140,7 +140,7 @@ class View {
   earlierChanged() {
     this.picker.disabled = !this.earlierOn;
     this.earlier.forEach((r, i) => this.earlierChips[i].classList.toggle("mw-off", !this.earlierShown(r.run)));
-    for (const p of this.panels.values()) { p.applyVisibility(); p.plot.redraw(false, false); }
+    for (const p of this.plots.values()) { p.applyVisibility(); p.uplot.redraw(false, false); }
     this.publish();
   }
 
@@ -148,7 +148,7 @@ class View {
 
   colour(s) { const c = this.model.get("colours"); return c[s % c.length]; }
 
-  panelWidth() {
+  plotWidth() {
     const width = this.root.clientWidth || 720;
     const cols = width >= 980 ? 2 : 1;
     return Math.max(280, Math.floor((width - 8 * (cols - 1)) / cols) - 4);
@@ -166,7 +166,7 @@ class View {
 
   toggle(s) {
     if (this.hidden.has(s)) this.hidden.delete(s); else this.hidden.add(s);
-    for (const p of this.panels.values()) p.applyVisibility();
+    for (const p of this.plots.values()) p.applyVisibility();
     this.drawLegend();
     this.publish();
   }
@@ -185,12 +185,12 @@ class View {
     requestAnimationFrame(() => { this.pending = false; this.draw(); });
   }
 
-  rebuild() { for (const p of this.panels.values()) p.build(); this.publish(); }
+  rebuild() { for (const p of this.plots.values()) p.build(); this.publish(); }
 
   draw() {
-    for (const id of [...this.store.panels.keys()].sort((a, b) => a - b)) {
-      if (!this.panels.has(id)) this.panels.set(id, new Panel(this.panelBox, this.store, id, this));
-      else this.panels.get(id).refresh();
+    for (const id of [...this.store.plots.keys()].sort((a, b) => a - b)) {
+      if (!this.plots.has(id)) this.plots.set(id, new Plot(this.plotBox, this.store, id, this));
+      else this.plots.get(id).refresh();
     }
     this.drawLegend();
     this.notes.textContent = this.store.nanNote;
@@ -217,7 +217,7 @@ class View {
 
   publish() {
     const d = this.root.dataset;
-    d.mwPanels = String(this.panels.size);
+    d.mwPlots = String(this.plots.size);
     d.mwLog = this.log ? "1" : "0";
     d.mwSmoothing = String(this.smoothing);
     d.mwHidden = [...this.hidden].sort().join(",");
@@ -228,7 +228,7 @@ class View {
   }
 
   state() {
-    return {panels: [...this.panels.values()].map((p) => p.state()), hidden: [...this.hidden].sort(),
+    return {plots: [...this.plots.values()].map((p) => p.state()), hidden: [...this.hidden].sort(),
             log: this.log, smoothing: this.smoothing, hover: this.hoverState, names: this.names,
             seq: this.store.lastSeq, missed: this.store.missed, messages: this.store.messages,
             bytes: this.store.bytes, times: this.store.times.slice(), note: this.store.nanNote, epochs: [...this.store.epochs.entries()], restarts: this.store.restarts.slice(),
@@ -239,7 +239,7 @@ class View {
   destroy() {
     this.store.listeners.delete(this.onData);
     this.resizer.disconnect();
-    for (const p of this.panels.values()) p.plot.destroy();
+    for (const p of this.plots.values()) p.uplot.destroy();
   }
 }
 

@@ -1,7 +1,7 @@
 """Earlier runs of a cell in the live chart, in a real JupyterLab 4 and a real Notebook 7 (headless
 Chromium): the same small 2-worker ``model.fit`` cell runs three times in one kernel.
 
-Run 1 draws no earlier run. The same cell run again (run 2) draws run 1 faintly in every panel,
+Run 1 draws no earlier run. The same cell run again (run 2) draws run 1 faintly in every plot,
 labelled "run N" on the canvas, with a toggle and a picker in the legend; its saved picture shows
 run 2 only. Then the same notebook cell is edited in the page as a user would (``--compare-saved``
 typed on the magic line, a line added to the code, so its text is no longer run 1's and 2's: only the
@@ -109,12 +109,12 @@ def _edit(page, index: int) -> None:
 
 
 def _held(page, index: int, earlier: int) -> dict:
-    """The view state once the run is held at the gate with its loss, accuracy and val_loss panels."""
+    """The view state once the run is held at the gate with its loss, accuracy and val_loss plots."""
     try:
-        return wp.wait_state(page, index, lambda s: {"loss", "accuracy", "val_loss"} <= {p["metric"] for p in s["panels"]}
-                             and min(wp.panel(s, "loss")["points"]) >= 40
-                             and all(len(p["earlier"]) == earlier for p in s["panels"]),
-                             240, f"a live chart with {earlier} earlier run(s) in every panel")
+        return wp.wait_state(page, index, lambda s: {"loss", "accuracy", "val_loss"} <= {p["metric"] for p in s["plots"]}
+                             and min(wp.plot(s, "loss")["points"]) >= 40
+                             and all(len(p["earlier"]) == earlier for p in s["plots"]),
+                             240, f"a live chart with {earlier} earlier run(s) in every plot")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\ncell output: {wp.cell_text(page, index)[-3000:]}") from None
 
@@ -152,30 +152,30 @@ def test_earlier_runs_drawn_faintly_with_a_toggle_and_a_picker(server: Lab, page
 
     # run 1: nothing earlier to draw
     _run(page, 1)
-    first = wp.wait_state(page, 1, lambda s: any(p["metric"] == "loss" for p in s["panels"]), 240, "run 1's chart")
+    first = wp.wait_state(page, 1, lambda s: any(p["metric"] == "loss" for p in s["plots"]), 240, "run 1's chart")
     assert first["earlier"]["runs"] == [] and _cell(page, 1).locator(".mw-earlier-pick").count() == 0
     _wait_done(page, 1)
 
-    # run 2, the same cell again: run 1 faint in every panel, labelled on the canvas
+    # run 2, the same cell again: run 1 faint in every plot, labelled on the canvas
     gate.touch()
     try:
         _run(page, 1)
         st = _held(page, 1, earlier=1)
         [run1] = st["earlier"]["runs"]
         assert st["earlier"]["shown"] == [run1]
-        for p in st["panels"]:
+        for p in st["plots"]:
             [line] = p["earlier"]
             assert line["run"] == run1 and line["shown"] and line["points"] >= 2 and line["drawn"] is not None, p
             assert p["labels"] == [f"run {run1}"], p
-        assert len(wp.panel(st, "loss")["shown"]) == 2 * 3 + 1, "workers' raw and main lines, then run 1"
+        assert len(wp.plot(st, "loss")["shown"]) == 2 * 3 + 1, "workers' raw and main lines, then run 1"
         chips = _cell(page, 1).locator(".mw-earlier-chip").all_inner_texts()
         assert [c.strip() for c in chips] == [f"run {run1}"], chips
         wp.screenshot(page, 1, artifacts_dir / f"overlay_{tag}_run2.png", wp.WIDGET)
         toggle = _cell(page, 1).locator("input.mw-earlier-toggle")
         toggle.uncheck()
         off = wp.wait_state(page, 1, lambda s: not s["earlier"]["on"], 10, "the toggle hides run 1")
-        assert off["earlier"]["shown"] == [] and all(p["labels"] == [] for p in off["panels"]), off
-        assert all(line["shown"] is False for p in off["panels"] for line in p["earlier"])
+        assert off["earlier"]["shown"] == [] and all(p["labels"] == [] for p in off["plots"]), off
+        assert all(line["shown"] is False for p in off["plots"] for line in p["earlier"])
         toggle.check()
         wp.wait_state(page, 1, lambda s: s["earlier"]["shown"] == [run1], 10, "and shows it again")
         assert not wp.cell_done(page, 1), "checked while the run is held"
@@ -193,13 +193,13 @@ def test_earlier_runs_drawn_faintly_with_a_toggle_and_a_picker(server: Lab, page
         st = _held(page, 1, earlier=2)
         run2, older = st["earlier"]["runs"]
         assert older == run1 and run2 > run1, st["earlier"]
-        assert wp.panel(st, "loss")["labels"] == [f"run {run2}", f"run {run1}"]
+        assert wp.plot(st, "loss")["labels"] == [f"run {run2}", f"run {run1}"]
         wp.screenshot(page, 1, artifacts_dir / f"overlay_{tag}.png", wp.WIDGET)
         picker = _cell(page, 1).locator("select.mw-earlier-pick")
         picker.select_option(str(run1))
         one = wp.wait_state(page, 1, lambda s: s["earlier"]["picked"] == run1, 10, f"the picker shows run {run1}")
         assert one["earlier"]["shown"] == [run1]
-        for p in one["panels"]:
+        for p in one["plots"]:
             assert [line["shown"] for line in p["earlier"]] == [False, True], p
             assert p["labels"] == [f"run {run1}"], p
         wp.screenshot(page, 1, artifacts_dir / f"overlay_{tag}_picked.png", wp.WIDGET)
@@ -208,7 +208,7 @@ def test_earlier_runs_drawn_faintly_with_a_toggle_and_a_picker(server: Lab, page
         assert both["earlier"]["shown"] == [run2, run1]
         _cell(page, 1).locator("input.mw-earlier-toggle").uncheck()
         off = wp.wait_state(page, 1, lambda s: not s["earlier"]["on"], 10, "the toggle hides both")
-        assert off["earlier"]["shown"] == [] and all(p["labels"] == [] for p in off["panels"]), off
+        assert off["earlier"]["shown"] == [] and all(p["labels"] == [] for p in off["plots"]), off
         assert not wp.cell_done(page, 1), "checked while the run is held"
     finally:
         gate.unlink(missing_ok=True)

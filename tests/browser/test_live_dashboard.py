@@ -64,12 +64,12 @@ print("trained", {STEPS}, "steps")
 '''
 
 # Points per named line of every chart in the page: the live widget's own view state (its loss
-# panel) while the cell runs; plotly's own data on its DOM node (``gd._fullData``, decoded arrays)
+# plot) while the cell runs; plotly's own data on its DOM node (``gd._fullData``, decoded arrays)
 # for the static copy JupyterLab draws at the end. The widget keeps when each update arrived.
 READ_CHARTS = """() => {
   const count = a => a == null ? 0 : (a.length !== undefined ? a.length : -1);
   const live = Array.from(document.querySelectorAll('.jp-OutputArea .mw-live-widget')).map(w => {
-    const view = w.mwView(), loss = view.panels.find(p => p.metric === 'loss');
+    const view = w.mwView(), loss = view.plots.find(p => p.metric === 'loss');
     window.__mwUpdates = view.times;  // when each of the widget's updates arrived (performance.now())
     return loss ? view.names.map((n, i) => [n, loss.points[i]]) : [];
   });

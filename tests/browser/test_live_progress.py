@@ -52,8 +52,8 @@ READ_CHART = """() => {
     .find(e => e.innerText.includes('before the first metric'));
   let points = chart ? Array.from(chart.querySelectorAll('polyline.mw-series'))
     .filter(p => p.dataset.name.startsWith('worker ')).map(p => p.getAttribute('points').split(' ').length) : [];
-  if (chart && chart.mwView) {  // the live widget: its loss panel's points per worker
-    const view = chart.mwView(), loss = view.panels.find(p => p.metric === 'loss');
+  if (chart && chart.mwView) {  // the live widget: its loss plot's points per worker
+    const view = chart.mwView(), loss = view.plots.find(p => p.metric === 'loss');
     points = loss ? loss.points.slice(0, view.names.length - 1) : [];
   }
   return {chart: !!chart, points: points, status: !!cell.querySelector('.mw-status'), before: !!before,

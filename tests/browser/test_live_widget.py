@@ -31,7 +31,7 @@ AFTER_CELL = 'print("the next cell ran")'
 
 # When the live chart appears in the page (Date.now(), ms), seen by a MutationObserver.
 WATCH = """() => { window.__mwSeen = null; new MutationObserver(() => {
-  if (!window.__mwSeen && document.querySelector('.mw-live-widget .mw-panel')) window.__mwSeen = Date.now();
+  if (!window.__mwSeen && document.querySelector('.mw-live-widget .mw-plot')) window.__mwSeen = Date.now();
 }).observe(document.body, {subtree: true, childList: true}); }"""
 
 
@@ -65,19 +65,19 @@ def _interact(page, shots, tag: str) -> dict:
     seen["hover"] = [first, second]
     wp.screenshot(page, 1, shots / f"widget_{tag}_hover.png")
 
-    full = wp.panel(wp.state(page, 1), "loss")
+    full = wp.plot(wp.state(page, 1), "loss")
     page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] * 0.5)
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] * 0.45, box["y"] + box["height"] * 0.5, steps=6)
     page.mouse.up()
-    zoomed = wp.panel(wp.wait_state(page, 1, lambda s: wp.panel(s, "loss")["zoomed"], 10, "drag zoom"), "loss")
+    zoomed = wp.plot(wp.wait_state(page, 1, lambda s: wp.plot(s, "loss")["zoomed"], 10, "drag zoom"), "loss")
     assert zoomed["xMax"] - zoomed["xMin"] < 0.5 * (full["xMax"] - full["xMin"]), (full, zoomed)
     wp.screenshot(page, 1, shots / f"widget_{tag}_zoomed.png")
     time.sleep(1.0)  # new points arrive meanwhile: a zoomed view stays where the user put it
-    still = wp.panel(wp.state(page, 1), "loss")
+    still = wp.plot(wp.state(page, 1), "loss")
     assert (still["xMin"], still["xMax"]) == (zoomed["xMin"], zoomed["xMax"]), (zoomed, still)
     page.mouse.dblclick(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
-    back = wp.panel(wp.wait_state(page, 1, lambda s: not wp.panel(s, "loss")["zoomed"], 10, "dblclick"), "loss")
+    back = wp.plot(wp.wait_state(page, 1, lambda s: not wp.plot(s, "loss")["zoomed"], 10, "dblclick"), "loss")
     assert back["xMin"] <= full["xMin"] and back["xMax"] >= full["xMax"], (full, back)
     seen["zoom"] = {"full": [full["xMin"], full["xMax"]], "zoomed": [zoomed["xMin"], zoomed["xMax"]],
                     "reset": [back["xMin"], back["xMax"]]}
@@ -85,22 +85,22 @@ def _interact(page, shots, tag: str) -> dict:
     chip = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".mw-chip[data-series='1']")
     chip.click()
     hidden = wp.wait_state(page, 1, lambda s: s["hidden"] == [1], 10, "legend click hides worker 1")
-    assert wp.panel(hidden, "loss")["shown"][3] is False and wp.panel(hidden, "accuracy")["shown"][3] is False
+    assert wp.plot(hidden, "loss")["shown"][3] is False and wp.plot(hidden, "accuracy")["shown"][3] is False
     chip.click()
     shown = wp.wait_state(page, 1, lambda s: s["hidden"] == [], 10, "second click shows it")
-    assert wp.panel(shown, "loss")["shown"][3] is True
+    assert wp.plot(shown, "loss")["shown"][3] is True
 
     logbox = page.locator(".jp-Notebook .jp-Cell").nth(1).locator("input.mw-log-scale")
     logbox.check()
     logged = wp.wait_state(page, 1, lambda s: s["log"], 10, "log scale")
-    assert wp.panel(logged, "loss")["distr"] == 3, wp.panel(logged, "loss")
+    assert wp.plot(logged, "loss")["distr"] == 3, wp.plot(logged, "loss")
     logbox.uncheck()
     linear = wp.wait_state(page, 1, lambda s: not s["log"], 10, "linear again")
-    assert wp.panel(linear, "loss")["distr"] == 1
+    assert wp.plot(linear, "loss")["distr"] == 1
 
     page.locator(".jp-Notebook .jp-Cell").nth(1).locator("input.mw-smoothing").fill("0.9")
     smoothed = wp.wait_state(page, 1, lambda s: s["smoothing"] == 0.9, 10, "smoothing")
-    loss = wp.panel(smoothed, "loss")
+    loss = wp.plot(smoothed, "loss")
     assert loss["shown"][0] is True, "the raw line stays, faint, under the smoothed one"
     assert loss["lastDrawn"][0] != loss["lastRaw"][0], loss
     seen["smoothing"] = {"raw": loss["lastRaw"], "drawn": loss["lastDrawn"]}
@@ -124,21 +124,21 @@ def test_live_widget_is_interactive_while_fit_runs_and_leaves_a_picture(server: 
     run_started = time.time()
 
     # hang bound: workers start and import TensorFlow on two shared cores
-    live = wp.wait_state(page, 1, lambda s: {p["metric"] for p in s["panels"]} >= {"loss", "accuracy"}
-                         and min(wp.panel(s, "loss")["points"]) >= 10, 240, "live loss and accuracy panels")
+    live = wp.wait_state(page, 1, lambda s: {p["metric"] for p in s["plots"]} >= {"loss", "accuracy"}
+                         and min(wp.plot(s, "loss")["points"]) >= 10, 240, "live loss and accuracy plots")
     assert not wp.cell_done(page, 1), "the chart must be live while the cell runs"
     seen = page.evaluate("() => window.__mwSeen") / 1000
     opened = frames.widget_open()[0]
-    loss = wp.panel(live, "loss")
+    loss = wp.plot(live, "loss")
     assert "running mean" in loss["note"], loss
     seen_interaction = _interact(page, artifacts_dir, tag)
     assert not wp.cell_done(page, 1), "interaction is tested while the cell still runs (make the fit longer)"
 
-    late = wp.wait_state(page, 1, lambda s: any(p["metric"] == "val_loss" for p in s["panels"])
-                         and len(s["epochs"]) >= 2, 240, "val_loss panel and epoch marks")
-    assert [p["metric"] for p in late["panels"]][:2] == ["loss", "accuracy"]
-    assert {"lr", "val_accuracy"} <= {p["metric"] for p in late["panels"]}, "the schedule's learning rate"
-    assert wp.panel(late, "val_loss")["axis"] == "epoch"
+    late = wp.wait_state(page, 1, lambda s: any(p["metric"] == "val_loss" for p in s["plots"])
+                         and len(s["epochs"]) >= 2, 240, "val_loss plot and epoch marks")
+    assert [p["metric"] for p in late["plots"]][:2] == ["loss", "accuracy"]
+    assert {"lr", "val_accuracy"} <= {p["metric"] for p in late["plots"]}, "the schedule's learning rate"
+    assert wp.plot(late, "val_loss")["axis"] == "epoch"
     wp.screenshot(page, 1, artifacts_dir / f"widget_{tag}_epochs.png")
     deadline = time.monotonic() + 300
     while not wp.cell_done(page, 1) and time.monotonic() < deadline:
@@ -223,25 +223,25 @@ def test_eight_fast_workers_small_updates_nan_gap_and_bad_value(lab: Lab, page, 
     wp.run_cell(page, 1, retry_s=60.0)
     started = time.time()
     try:
-        st = wp.wait_state(page, 1, lambda s: s["panels"] and wp.panel(s, "loss")["nans"] > 0, 300, "the NaN gap")
+        st = wp.wait_state(page, 1, lambda s: s["plots"] and wp.plot(s, "loss")["nans"] > 0, 300, "the NaN gap")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\ncell output: {wp.cell_text(page, 1)[-3000:]}") from None
     wp.screenshot(page, 1, artifacts_dir / "widget_lab_8_workers_nan.png", wp.WIDGET)
     assert re.match(r"worker 3 reported (loss|accuracy) = nan at step 1000", st["note"]), st["note"]
     assert "gaps" in st["note"]
-    most = max(n for p in st["panels"] for n in p["points"])
+    most = max(n for p in st["plots"] for n in p["points"])
     deadline = time.monotonic() + 300
     while not wp.cell_done(page, 1) and time.monotonic() < deadline:
         st = wp.state(page, 1) or st
-        most = max([most] + [n for p in st["panels"] for n in p["points"]])
+        most = max([most] + [n for p in st["plots"] for n in p["points"]])
         time.sleep(0.3)
     ended = time.time()
     assert wp.cell_done(page, 1)
     text = wp.cell_text(page, 1)
     assert text.count("reported") == 8, text[-3000:]
     assert "[worker 0]" in text and "lr='0.1' is not a number" in text, text[-3000:]
-    assert {p["metric"] for p in st["panels"]} == {"loss", "accuracy"}, "lr='0.1' makes no panel"
-    assert len(wp.panel(st, "loss")["points"]) == 9, "8 workers and the global line"
+    assert {p["metric"] for p in st["plots"]} == {"loss", "accuracy"}, "lr='0.1' makes no plot"
+    assert len(wp.plot(st, "loss")["points"]) == 9, "8 workers and the global line"
     assert 0 < most <= 2000, f"the page keeps a bounded view ({most} points in a line)"
     budget = frames.budget(started, ended)
     (artifacts_dir / "widget_lab_8_workers.json").write_text(json.dumps({**budget, "most_points_in_a_line": most},

@@ -245,7 +245,7 @@ def test_lesson_notebook_runs_and_saves_a_static_chart(name, points, tmp_path, n
     charts = _chart_outputs(nb)
     assert len(charts) == 1, charts
     traces = {t["name"]: t for t in charts[0]["data"]}
-    # a panel per metric: the loss panel's worker and global lines are there (compiled metrics get theirs)
+    # a plot per metric: the loss plot's worker and global lines are there (compiled metrics get theirs)
     assert {"worker 0 (local loss)", "worker 1 (local loss)", "global loss (all workers)"} <= set(traces), set(traces)
     assert all(n.startswith(("worker 0 (local ", "worker 1 (local ", "global ")) for n in traces), set(traces)
     assert {n: _points(t["x"]) for n, t in traces.items()} == dict.fromkeys(traces, points)

@@ -52,16 +52,16 @@ def test_a_run_leaves_a_small_json_snapshot_with_one_line_per_metric():
     snap = _snapshot(nan_at=10)
     text = json.dumps(snap, allow_nan=False)  # plain JSON: the run history stores it as it is
     assert snap["version"] == SNAPSHOT_VERSION
-    panels = {(p["metric"], p["axis"]): p for p in snap["panels"]}
-    assert set(panels) == {("loss", "step"), ("accuracy", "step"), ("val_loss", "epoch")}
+    plots = {(p["metric"], p["axis"]): p for p in snap["plots"]}
+    assert set(plots) == {("loss", "step"), ("accuracy", "step"), ("val_loss", "epoch")}
     # the global line stands for the run where there is one, else the first worker's
-    assert panels["loss", "step"]["line"] == "global loss (all workers)"
-    assert panels["accuracy", "step"]["line"] == "worker 0 (local accuracy)"
-    loss = panels["loss", "step"]
+    assert plots["loss", "step"]["line"] == "global loss (all workers)"
+    assert plots["accuracy", "step"]["line"] == "worker 0 (local accuracy)"
+    loss = plots["loss", "step"]
     assert len(loss["x"]) == len(loss["y"]) == SNAPSHOT_POINTS
     assert loss["x"][0] == pytest.approx(2, abs=0.5) and loss["x"][-1] == pytest.approx(997, abs=3)
     assert loss["y"][0] == pytest.approx(1 / 1.02, rel=0.02) and loss["y"][-1] == pytest.approx(1 / 10.97, rel=0.02)
-    assert panels["val_loss", "epoch"]["x"] == [1, 2] and panels["val_loss", "epoch"]["y"] == [0.5, 0.25]
+    assert plots["val_loss", "epoch"]["x"] == [1, 2] and plots["val_loss", "epoch"]["y"] == [0.5, 0.25]
     assert len(text) < 20_000, len(text)
 
 
@@ -98,17 +98,17 @@ def test_reduce_points_averages_equal_groups_and_a_group_of_gaps_stays_a_gap():
 
 @pytest.mark.parametrize("snap", [
     None,
-    {"version": SNAPSHOT_VERSION + 1, "panels": [{"metric": "loss", "axis": "step", "x": [1], "y": [1]}]},
+    {"version": SNAPSHOT_VERSION + 1, "plots": [{"metric": "loss", "axis": "step", "x": [1], "y": [1]}]},
     "not a snapshot",
-    {"version": SNAPSHOT_VERSION, "panels": [{"metric": "loss", "axis": "step", "x": [1, 2], "y": [1]}]},
-    {"version": SNAPSHOT_VERSION, "panels": [{"metric": "loss", "axis": "sideways", "x": [1], "y": [1]}]},
-    {"version": SNAPSHOT_VERSION, "panels": [{"metric": "loss", "axis": "step", "x": [True], "y": [1]}]},
-    {"version": SNAPSHOT_VERSION, "panels": [{"metric": "loss", "axis": "step", "x": [None], "y": [1]}]},
-    {"version": SNAPSHOT_VERSION, "panels": [{"metric": 3, "axis": "step", "x": [1], "y": [1]}]},
-    {"version": SNAPSHOT_VERSION, "panels": []},
+    {"version": SNAPSHOT_VERSION, "plots": [{"metric": "loss", "axis": "step", "x": [1, 2], "y": [1]}]},
+    {"version": SNAPSHOT_VERSION, "plots": [{"metric": "loss", "axis": "sideways", "x": [1], "y": [1]}]},
+    {"version": SNAPSHOT_VERSION, "plots": [{"metric": "loss", "axis": "step", "x": [True], "y": [1]}]},
+    {"version": SNAPSHOT_VERSION, "plots": [{"metric": "loss", "axis": "step", "x": [None], "y": [1]}]},
+    {"version": SNAPSHOT_VERSION, "plots": [{"metric": 3, "axis": "step", "x": [1], "y": [1]}]},
+    {"version": SNAPSHOT_VERSION, "plots": []},
 ], ids=["none", "other version", "a string", "lengths differ", "bad axis", "bool", "x gap", "bad metric", "empty"])
 def test_a_snapshot_that_cannot_be_drawn_is_left_out(snap):
-    good = {"version": SNAPSHOT_VERSION, "panels": [{"metric": "loss", "axis": "step", "x": [1, 2], "y": [0.5, None]}]}
+    good = {"version": SNAPSHOT_VERSION, "plots": [{"metric": "loss", "axis": "step", "x": [1, 2], "y": [0.5, None]}]}
     runs = earlier_runs([(3, snap), (2, good)])
     assert [r.number for r in runs] == [2]
     assert runs[0].line("loss", "step").x == (1.0, 2.0) and math.isnan(runs[0].line("loss", "step").y[1])
@@ -157,7 +157,7 @@ def test_the_saved_picture_shows_this_run_only_unless_asked():
     faint = traces["run 2 (earlier)"]
     assert faint["opacity"] < 1 and faint["line"]["width"] < traces["worker 0 (local loss)"]["line"]["width"]
     svg = bundle["image/svg+xml"]
-    assert _earlier_lines(svg) == ["run 2 (earlier)"] * 3, "one faint line per panel (loss, accuracy, val_loss)"
+    assert _earlier_lines(svg) == ["run 2 (earlier)"] * 3, "one faint line per plot (loss, accuracy, val_loss)"
     labels = [el.text for el in ET.fromstring(svg).iter(f"{SVG}text") if el.get("class") == "mw-earlier-label"]
     assert labels == ["run 2"] * 3
     assert len(json.dumps(bundle)) < 1.3 * len(json.dumps(plain.static_bundle())), "a few kB more, not a copy"
@@ -170,7 +170,7 @@ def test_the_live_picture_without_a_widget_draws_earlier_runs_under_the_live_lin
     svg = dash.live_chart_bundle()["text/html"]
     root = ET.fromstring(svg[svg.index("<svg"):svg.rindex("</svg>") + 6])
     names = [el.get("data-name") for el in root.iter(f"{SVG}polyline")]
-    # per panel the earlier runs come first (drawn underneath), then the workers and the global line
+    # per plot the earlier runs come first (drawn underneath), then the workers and the global line
     assert names[:3] == ["run 5 (earlier)", "run 4 (earlier)", "worker 0 (local loss)"], names
 
 
@@ -192,9 +192,9 @@ def test_the_chart_sink_hands_drawable_earlier_runs_to_its_dashboard_and_gives_i
             pass
 
         def snapshot(self):
-            return {"version": SNAPSHOT_VERSION, "panels": []}
+            return {"version": SNAPSHOT_VERSION, "plots": []}
 
-    good = {"version": SNAPSHOT_VERSION, "panels": [{"metric": "loss", "axis": "step", "x": [1], "y": [0.5]}]}
+    good = {"version": SNAPSHOT_VERSION, "plots": [{"metric": "loss", "axis": "step", "x": [1], "y": [0.5]}]}
     chart = ChartOnFirstMetric(2, factory=FakeDashboard, earlier_runs=[(4, None), (3, good)], earlier_in_picture=True)
     assert chart.snapshot() is None
     chart(WorkerMetrics(0, ({"step": 1, "loss": 0.5},)))
@@ -202,7 +202,7 @@ def test_the_chart_sink_hands_drawable_earlier_runs_to_its_dashboard_and_gives_i
     assert [r.number for r in dash.options["earlier_runs"]] == [3], "a run without a chart is left out"
     assert all(isinstance(r, EarlierRun) for r in dash.options["earlier_runs"])
     assert dash.options["earlier_in_picture"] is True
-    assert chart.snapshot() == {"version": SNAPSHOT_VERSION, "panels": []}
+    assert chart.snapshot() == {"version": SNAPSHOT_VERSION, "plots": []}
 
     made.clear()
     ChartOnFirstMetric(2, factory=FakeDashboard, earlier_runs=[(1, None)])(WorkerMetrics(0, ({"step": 1, "loss": 1},)))
@@ -287,5 +287,5 @@ def test_a_run_whose_first_line_reported_nothing_is_kept_by_the_line_that_did():
     for step in range(10):
         dash(WorkerMetrics(2, ({"step": step, "loss": 1 / (1 + step)},)))
     dash.finish()
-    [panel] = dash.snapshot()["panels"]
-    assert panel["line"] == "worker 2 (local loss)" and len(panel["x"]) == 10, panel
+    [plot] = dash.snapshot()["plots"]
+    assert plot["line"] == "worker 2 (local loss)" and len(plot["x"]) == 10, plot

@@ -241,14 +241,14 @@ def test_how_a_run_ended_survives_the_restart_that_follows_a_failure():
 # -- the live widget's feed (frontend/chart/feed.py): what each update carries ------------------
 
 def _decode(message):
-    """(content, {(panel, series): (xs, ys)}) of one update, as js/src/store.js reads it."""
+    """(content, {(plot, series): (xs, ys)}) of one update, as js/src/store.js reads it."""
     import numpy as np
 
     content, buffers = message
     values = np.frombuffer(buffers[0], dtype=np.float32)
     lines, at = {}, 0
-    for panel, series, n in content["chunks"]:
-        lines[(panel, series)] = (values[at:at + n].tolist(), values[at + n:at + 2 * n].tolist())
+    for plot, series, n in content["chunks"]:
+        lines[(plot, series)] = (values[at:at + n].tolist(), values[at + n:at + 2 * n].tolist())
         at += 2 * n
     assert at == len(values)
     return content, lines
@@ -269,14 +269,14 @@ def test_feed_sends_only_new_points_and_nothing_when_nothing_changed():
         for w in range(2):
             feed.add(w, [{"step": step, "loss": 1.0 + w + step, "global_loss": 0.5 + step}])
     content, lines = _decode(feed.message())
-    assert content["panels"] == [[0, "loss", "step", ""]]
+    assert content["plots"] == [[0, "loss", "step", ""]]
     assert lines[(0, 0)] == ([0, 1, 2], [1, 2, 3]) and lines[(0, 2)] == ([0, 1, 2], [0.5, 1.5, 2.5])
     assert feed.message() is None
     feed.add(1, [{"step": 3, "loss": 9.0}])
     content, lines = _decode(feed.message())
-    assert lines == {(0, 1): ([3.0], [9.0])} and "panels" not in content
+    assert lines == {(0, 1): ([3.0], [9.0])} and "plots" not in content
     key, lines = _decode(feed.message(key=True))  # a key frame: everything so far
-    assert key["key"] is True and lines[(0, 1)][0] == [0, 1, 2, 3] and key["panels"]
+    assert key["key"] is True and lines[(0, 1)][0] == [0, 1, 2, 3] and key["plots"]
 
 
 def test_feed_update_for_eight_fast_workers_stays_near_one_kilobyte():
@@ -290,11 +290,11 @@ def test_feed_update_for_eight_fast_workers_stays_near_one_kilobyte():
                           "global_loss": 1 / (s + 2), "global_accuracy": 0.5} for s in range(step, step + 200)])
         step += 200
         sizes.append(_size(feed.message()))
-    assert max(sizes[1:]) <= 2000, sizes  # the first one carries the panels' headers too
+    assert max(sizes[1:]) <= 2000, sizes  # the first one carries the plots' headers too
     content, lines = _decode(feed.message(key=True))
     assert content["epochs"] == [[0, 0], [1000, 1], [2000, 2], [3000, 3], [4000, 4], [5000, 5],
                                  [6000, 6], [7000, 7], [8000, 8], [9000, 9]]
-    assert [p[3] for p in content["panels"]] == ["Keras' running mean over the epoch (restarts at each epoch mark)"] * 2
+    assert [p[3] for p in content["plots"]] == ["Keras' running mean over the epoch (restarts at each epoch mark)"] * 2
 
 
 class _Widget:
@@ -341,14 +341,14 @@ def test_nan_and_inf_are_gaps_with_one_note_and_text_values_are_left_out():
     assert "note" not in feed.message()[0], "one note, not one per point"
 
 
-def test_epoch_only_metrics_get_an_epoch_panel():
+def test_epoch_only_metrics_get_an_epoch_plot():
     from mwnotebook.frontend.chart.feed import LiveFeed
 
     feed = LiveFeed(1)
     feed.add(0, [{"step": 1, "kind": "batch", "epoch": 0, "global_loss": 0.7},
                  {"step": 1, "kind": "epoch", "epoch": 0, "global_loss": 0.7, "global_val_loss": 0.6, "global_lr": 0.1}])
     content, lines = _decode(feed.message())
-    assert [p[1:3] for p in content["panels"]] == [["loss", "step"], ["val_loss", "epoch"], ["lr", "epoch"]]
+    assert [p[1:3] for p in content["plots"]] == [["loss", "step"], ["val_loss", "epoch"], ["lr", "epoch"]]
     assert lines[(1, 1)] == ([1.0], [pytest.approx(0.6)])
 
 
@@ -366,17 +366,17 @@ def test_at_the_end_the_static_copy_replaces_the_widget_which_is_then_closed():
     assert dash._widget is None
 
 
-def test_the_saved_figure_leaves_room_between_an_x_axis_title_and_the_next_panels_title():
-    """The x-axis title ("step") of a panel and the title of the panel below stood level (the gap
+def test_the_saved_figure_leaves_room_between_an_x_axis_title_and_the_next_plots_title():
+    """The x-axis title ("step") of a plot and the title of the plot below stood level (the gap
     was a fixed share of the figure). Seen on the figure rendered by plotly.js: its tick labels and
-    axis title take about 45 px under a panel, the next panel's title about 18 px above it."""
-    from mwnotebook.frontend.chart.panels import ChartPanel
-    from mwnotebook.frontend.chart.plotly_figure import panels_figure_dict
+    axis title take about 45 px under a plot, the next plot's title about 18 px above it."""
+    from mwnotebook.frontend.chart.plotly_figure import plots_figure_dict
+    from mwnotebook.frontend.chart.plots import ChartPlot
     from mwnotebook.frontend.chart.series import ChartSeries
 
     for n in (2, 3, 6):
         series = [ChartSeries("worker 0 (local m)", "#1f77b4", "", [1.0, 2.0], [1.0, 0.5])]
-        layout = panels_figure_dict([ChartPanel(f"m{i}", "step", series) for i in range(n)], "run")["layout"]
+        layout = plots_figure_dict([ChartPlot(f"m{i}", "step", series) for i in range(n)], "run")["layout"]
         plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
         domains = [layout[f"yaxis{'' if i == 0 else i + 1}"]["domain"] for i in range(n)]
         for upper, lower in zip(domains, domains[1:]):
@@ -399,13 +399,13 @@ def test_the_end_state_of_a_long_eight_worker_run_stays_small():
     assert len(dash.dataframe()) == 160_000
 
 
-def test_loss_is_the_first_panel_whatever_order_the_keys_come_in():
+def test_loss_is_the_first_plot_whatever_order_the_keys_come_in():
     from mwnotebook.frontend.chart.feed import LiveFeed
 
     for keys in (("accuracy", "loss", "lr"), ("lr", "global_loss", "accuracy")):
         feed = LiveFeed(1)
         feed.add(0, [{"step": 0, **{k: 1.0 for k in keys}}])
-        names = [p[1] for p in feed.message()[0]["panels"]]
+        names = [p[1] for p in feed.message()[0]["plots"]]
         assert names[0] == "loss" and names[-1] == "lr", names
 
 
@@ -432,7 +432,7 @@ def test_a_restart_keeps_one_run_along_the_x_axis_and_marks_where_it_went_on():
     content, buffers = feed.message()
     assert content["key"] is True and content["restarts"] == [4.0]
     floats = np.frombuffer(buffers[0], dtype=np.float32)
-    [(panel, index, n)] = content["chunks"]
+    [(plot, index, n)] = content["chunks"]
     xs = floats[:n].tolist()
     assert xs == sorted(xs) and xs == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     steps, _ = store.local_series(0, "loss")

@@ -190,8 +190,8 @@ def test_a_non_finite_note_names_the_worker_server_not_its_line_number():
 
 def test_a_coordinators_fit_that_reports_epochs_only_draws_its_loss_in_the_saved_chart():
     """A ``--ps`` coordinator's ``fit`` sends epoch summaries only (no step records: steps run as
-    closures on the worker servers). The saved chart draws them on an epoch panel; before, an empty
-    ``loss`` step panel stood in for the missing step records and hid the epoch loss (an empty picture)."""
+    closures on the worker servers). The saved chart draws them on an epoch plot; before, an empty
+    ``loss`` step plot stood in for the missing step records and hid the epoch loss (an empty picture)."""
     board = Dashboard(1, use_widget=False, lines=ChartLines(1, 2, {0: "coordinator"}))
     epochs = [0.677, 0.641, 0.605]
     board(WorkerMetrics(0, tuple({"step": 20 * (e + 1), "time": 1000.0 + e, "kind": "epoch", "epoch": e,

@@ -1,6 +1,6 @@
 """Earlier runs of the same cell, drawn faintly under the live curves: their data and how they travel.
 
-At the end of a run the chart gives a *snapshot* (:func:`snapshot`): per panel (metric and axis)
+At the end of a run the chart gives a *snapshot* (:func:`snapshot`): per plot (metric and axis)
 one line, the global value where the workers reported one, else the first line that has points,
 reduced to at most :data:`SNAPSHOT_POINTS` points by averaging equal groups (a faint reference
 line needs its shape, not every step). It is plain JSON (numbers, strings, ``None`` for a gap), a
@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from mwnotebook.frontend.chart.panels import ChartPanel
+from mwnotebook.frontend.chart.plots import ChartPlot
 from mwnotebook.frontend.chart.series import ChartSeries
 
 log = logging.getLogger(__name__)
 
 #: The snapshot's format; a snapshot of another version is not drawn.
 SNAPSHOT_VERSION = 1
-#: Points per metric in a snapshot (the live panel is ~600 pixels wide; a faint line needs its shape).
+#: Points per metric in a snapshot (the live plot is ~600 pixels wide; a faint line needs its shape).
 SNAPSHOT_POINTS = 200
 #: Points of all earlier runs together in the widget's first message (float32 x and y: ~8 bytes each),
 #: e.g. 3 runs of 5 metrics at 200 points; the chart's module itself is ~70 kB of a ~100 kB budget.
@@ -46,7 +46,7 @@ EARLIER_COLOURS = ("#555555", "#7a7a7a", "#9a9a9a", "#b4b4b4")
 
 @dataclass(frozen=True)
 class EarlierLine:
-    """One panel's line of an earlier run (``y`` NaN where the run had a gap)."""
+    """One plot's line of an earlier run (``y`` NaN where the run had a gap)."""
 
     metric: str
     axis: str  # "step" | "epoch"
@@ -56,7 +56,7 @@ class EarlierLine:
 
 @dataclass(frozen=True)
 class EarlierRun:
-    """An earlier run of the cell as the chart draws it: its number and one line per panel."""
+    """An earlier run of the cell as the chart draws it: its number and one line per plot."""
 
     number: int
     lines: tuple[EarlierLine, ...]
@@ -92,23 +92,23 @@ def _short(value: float) -> float | None:
     return float(f"{value:.6g}") if math.isfinite(value) else None
 
 
-def _line_of(panel: ChartPanel) -> ChartSeries | None:
-    """The line that stands for a run in ``panel``: the global one, else the first with points."""
-    glob = next((s for s in panel.series if s.is_global and s.x), None)
-    return glob or next((s for s in panel.series if not s.is_global and s.x), None)
+def _line_of(plot: ChartPlot) -> ChartSeries | None:
+    """The line that stands for a run in ``plot``: the global one, else the first with points."""
+    glob = next((s for s in plot.series if s.is_global and s.x), None)
+    return glob or next((s for s in plot.series if not s.is_global and s.x), None)
 
 
-def snapshot(panels: Sequence[ChartPanel], limit: int = SNAPSHOT_POINTS) -> dict[str, Any] | None:
+def snapshot(plots: Sequence[ChartPlot], limit: int = SNAPSHOT_POINTS) -> dict[str, Any] | None:
     """The run as its later runs draw it (see the module docstring); ``None`` when nothing was drawn."""
     out = []
-    for panel in panels:
-        series = _line_of(panel)
+    for plot in plots:
+        series = _line_of(plot)
         if series is None:
             continue
         xs, ys = reduce_points(series.x, series.y, limit)
-        out.append({"metric": panel.metric, "axis": panel.axis, "line": series.name,
+        out.append({"metric": plot.metric, "axis": plot.axis, "line": series.name,
                     "x": [_short(x) for x in xs], "y": [_short(y) for y in ys]})
-    return {"version": SNAPSHOT_VERSION, "panels": out} if out else None
+    return {"version": SNAPSHOT_VERSION, "plots": out} if out else None
 
 
 def _numbers(values: Any, nulls: bool) -> tuple[float, ...] | None:
@@ -133,14 +133,15 @@ def earlier_run(number: int, snap: Mapping[str, Any] | None) -> EarlierRun | Non
                       snap.get("version") if isinstance(snap, Mapping) else type(snap).__name__)
         return None
     lines = []
-    for panel in snap.get("panels") or ():
-        if not isinstance(panel, Mapping):
+    # "panels": the key of snapshots saved before the chart's sub-plots were called plots (the same format)
+    for plot in snap.get("plots") or snap.get("panels") or ():
+        if not isinstance(plot, Mapping):
             continue
-        metric, axis = panel.get("metric"), panel.get("axis")
-        xs, ys = _numbers(panel.get("x"), nulls=False), _numbers(panel.get("y"), nulls=True)
+        metric, axis = plot.get("metric"), plot.get("axis")
+        xs, ys = _numbers(plot.get("x"), nulls=False), _numbers(plot.get("y"), nulls=True)
         if (not isinstance(metric, str) or axis not in ("step", "epoch") or xs is None or ys is None
                 or len(xs) != len(ys) or not xs):
-            log.debug("run %s: a broken panel of its chart snapshot is not drawn", number)
+            log.debug("run %s: a broken plot of its chart snapshot is not drawn", number)
             continue
         lines.append(EarlierLine(metric, str(axis), xs, ys))
     return EarlierRun(number, tuple(lines)) if lines else None
@@ -176,21 +177,21 @@ def overlay_state(runs: Sequence[EarlierRun], budget: int = OVERLAY_POINTS) -> t
     return header, np.asarray(floats, dtype=np.float32).tobytes()
 
 
-def with_earlier(panels: Sequence[ChartPanel], runs: Sequence[EarlierRun],
-                 max_points: int | None = None) -> list[ChartPanel]:
-    """``panels`` with a faint series per earlier run appended (every panel gets one per run, empty
+def with_earlier(plots: Sequence[ChartPlot], runs: Sequence[EarlierRun],
+                 max_points: int | None = None) -> list[ChartPlot]:
+    """``plots`` with a faint series per earlier run appended (every plot gets one per run, empty
     and hidden where that run had no such metric, so that a figure's legend groups line up)."""
     if not runs:
-        return list(panels)
+        return list(plots)
     out = []
-    for panel in panels:
+    for plot in plots:
         extra = []
         for rank, run in enumerate(runs):
-            line = run.line(panel.metric, panel.axis)
+            line = run.line(plot.metric, plot.axis)
             xs, ys = (line.x, line.y) if line is not None else ((), ())
             if max_points is not None and max_points >= 2:
                 xs, ys = (tuple(v) for v in reduce_points(xs, ys, max_points))
             extra.append(ChartSeries(f"{run.label} (earlier)", earlier_colour(rank), "", tuple(xs), tuple(ys),
                                      visible=bool(xs), faint=True))
-        out.append(replace(panel, series=[*panel.series, *extra]))
+        out.append(replace(plot, series=[*plot.series, *extra]))
     return out

@@ -1,7 +1,7 @@
 """What the live widget is sent: only the points that are new since the last update, a few per line.
 
-One panel per metric: step panels (what ``mw.report`` and Keras' batch logs send, x = step) and
-epoch panels (metrics only seen at epoch ends, such as ``val_loss``, x = epoch). Each panel has a
+One plot per metric: step plots (what ``mw.report`` and Keras' batch logs send, x = step) and
+epoch plots (metrics only seen at epoch ends, such as ``val_loss``, x = epoch). Each plot has a
 line per worker (its local value) and the global line (series index ``num_workers``, taken from
 the first worker that reported it, like :class:`~mwnotebook.shared.metrics.MetricsStore`).
 
@@ -38,7 +38,7 @@ _LR_NAMES = frozenset({"lr", "learning_rate"})
 
 
 @dataclass(frozen=True)
-class PanelInfo:
+class PlotInfo:
     id: int
     metric: str
     axis: str  # "step" | "epoch"
@@ -48,12 +48,12 @@ class PanelInfo:
         return [self.id, self.metric, self.axis, self.note]
 
 
-def _panel_order(key: str) -> tuple[bool, bool, str]:
+def _plot_order(key: str) -> tuple[bool, bool, str]:
     metric = key[len(GLOBAL_PREFIX):] if key.startswith(GLOBAL_PREFIX) else key
     return metric != "loss", metric in _LR_NAMES, metric
 
 
-def panel_note(metric: str, axis: str, kind: str) -> str:
+def plot_note(metric: str, axis: str, kind: str) -> str:
     if axis == "epoch":
         return "one point per epoch (its end)"
     if metric in _LR_NAMES:
@@ -112,15 +112,15 @@ def points_per_update(lines: int) -> int:
 
 
 class LiveFeed:
-    """Collects records into per-panel lines and cuts them into small update messages."""
+    """Collects records into per-plot lines and cuts them into small update messages."""
 
     def __init__(self, num_workers: int) -> None:
         self.num_workers = num_workers
-        self.panels: dict[tuple[str, str], PanelInfo] = {}
+        self.plots: dict[tuple[str, str], PlotInfo] = {}
         self.lines: dict[tuple[int, int], _Line] = {}
         self._global_source: dict[str, int] = {}
         self.epochs: dict[int, float] = {}
-        self._new_panels: list[PanelInfo] = []
+        self._new_plots: list[PlotInfo] = []
         self._new_epochs: list[tuple[float, int]] = []
         self.note = ""
         self._note_sent = False
@@ -155,14 +155,14 @@ class LiveFeed:
                 self.epochs[epoch] = step
                 self._new_epochs.append((step, epoch))
         kind = "batch" if rows and rows[-1].get("kind") == "batch" else "step"
-        for key in sorted(columns, key=_panel_order):  # loss first, the learning rate last
+        for key in sorted(columns, key=_plot_order):  # loss first, the learning rate last
             xs, ys = columns[key]
             self._points(worker, key, "step", kind, xs, ys)
         for record in rows:
             if record.get("kind") == "epoch":
                 for key, x, y in epoch_points(record):  # the store reads epoch summaries the same way
                     metric = key[len(GLOBAL_PREFIX):] if key.startswith(GLOBAL_PREFIX) else key
-                    if (metric, "step") not in self.panels:  # not shown by a step panel
+                    if (metric, "step") not in self.plots:  # not shown by a step plot
                         self._points(worker, key, "epoch", "epoch", [x], [y])
 
     def _points(self, worker: int, key: str, axis: str, kind: str, xs: list[float], ys: list[float]) -> None:
@@ -173,16 +173,16 @@ class LiveFeed:
             index = self.num_workers
         else:
             metric, index = key, worker
-        panel = self.panels.get((metric, axis))
-        if panel is None:
-            panel = PanelInfo(len(self.panels), metric, axis, panel_note(metric, axis, kind))
-            self.panels[(metric, axis)] = panel
-            self._new_panels.append(panel)
-        line = self.lines.get((panel.id, index))
+        plot = self.plots.get((metric, axis))
+        if plot is None:
+            plot = PlotInfo(len(self.plots), metric, axis, plot_note(metric, axis, kind))
+            self.plots[(metric, axis)] = plot
+            self._new_plots.append(plot)
+        line = self.lines.get((plot.id, index))
         if line is None:
-            line = self.lines[(panel.id, index)] = _Line()
-        if self._resumed is not None and (panel.id, index) not in self._resumed and xs:
-            self._resumed.add((panel.id, index))
+            line = self.lines[(plot.id, index)] = _Line()
+        if self._resumed is not None and (plot.id, index) not in self._resumed and xs:
+            self._resumed.add((plot.id, index))
             if line.drop_from(xs[0]):
                 self._need_key = True  # the page must forget them too: send everything again
             if axis == "step" and len(self._resumed) == 1:
@@ -207,24 +207,24 @@ class LiveFeed:
         """The next update (``None`` when nothing changed); ``key``: everything so far."""
         key, self._need_key = key or self._need_key, False
         has_new = any(line.new_x for line in self.lines.values())
-        if not key and not (has_new or self._new_panels or self._new_epochs or not self._note_sent
+        if not key and not (has_new or self._new_plots or self._new_epochs or not self._note_sent
                             or not self._names_sent):
             return None
         limit = points_per_update(len(self.lines))
         chunks: list[list[int]] = []
         floats: list[float] = []
-        for (panel, index), line in self.lines.items():
+        for (plot, index), line in self.lines.items():
             xs, ys = line.take(limit)
             if key:
                 xs, ys = line.hist_x, line.hist_y
             if xs:
-                chunks.append([panel, index, len(xs)])
+                chunks.append([plot, index, len(xs)])
                 floats.extend(xs)
                 floats.extend(ys)
         content: dict[str, Any] = {"seq": self.seq, "key": key, "chunks": chunks}
-        panels = list(self.panels.values()) if key else self._new_panels
-        if panels:
-            content["panels"] = [p.header() for p in panels]
+        plots = list(self.plots.values()) if key else self._new_plots
+        if plots:
+            content["plots"] = [p.header() for p in plots]
         epochs = [(s, e) for e, s in self.epochs.items()] if key else self._new_epochs
         if epochs:
             content["epochs"] = [[s, e] for s, e in epochs]
@@ -234,7 +234,7 @@ class LiveFeed:
             content["restarts"] = self.restarts
         if self.note and (key or not self._note_sent):
             content["note"] = self.note
-        self._new_panels, self._new_epochs = [], []
+        self._new_plots, self._new_epochs = [], []
         self._note_sent = self._names_sent = True
         self.seq += 1
         return content, [np.asarray(floats, dtype=np.float32).tobytes()]

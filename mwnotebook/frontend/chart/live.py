@@ -24,12 +24,12 @@ from typing import Any
 from mwnotebook.frontend.chart.earlier import EarlierRun, overlay_state, snapshot, with_earlier
 from mwnotebook.frontend.chart.feed import LiveFeed
 from mwnotebook.frontend.chart.lines import ChartLines
-from mwnotebook.frontend.chart.panels import ChartPanel, chart_panels
-from mwnotebook.frontend.chart.plotly_figure import as_plotly_figure, panels_figure_dict
+from mwnotebook.frontend.chart.plotly_figure import as_plotly_figure, plots_figure_dict
+from mwnotebook.frontend.chart.plots import ChartPlot, chart_plots
 from mwnotebook.frontend.chart.series import GLOBAL_COLOUR, trace_colour
 from mwnotebook.frontend.chart.static_copy import static_bundle
 from mwnotebook.frontend.chart.status import StatusBoard, WorkerStatus
-from mwnotebook.frontend.chart.svg import svg_panels
+from mwnotebook.frontend.chart.svg import svg_plots
 from mwnotebook.frontend.chart.throttle import Throttle
 from mwnotebook.frontend.chart.widget import in_widget_kernel, new_widget, widget_bundle, widget_unavailable
 from mwnotebook.shared.events import Event, RunRestarted, WorkerMetrics, WorkerResources, WorkerStateChanged
@@ -98,7 +98,7 @@ class Dashboard:
         self._last_key = -math.inf
         #: Bytes of each widget update (JSON content + buffer), for budget checks.
         self.message_bytes: list[int] = []
-        self._shown: list[ChartPanel] | None = self._panels()  # what the picture shows now
+        self._shown: list[ChartPlot] | None = self._plots()  # what the picture shows now
         self.events_seen = 0
         global _LAST
         _LAST = self
@@ -142,14 +142,14 @@ class Dashboard:
             names.append(self.lines.series_name(w, "{metric}", error))
         return names
 
-    def _panels(self, max_points: int | None = None, earlier: bool = False,
-                lines: int | None = None) -> list[ChartPanel]:
-        """The run's panels; ``earlier``: with a faint line per earlier run of the cell; ``lines``:
+    def _plots(self, max_points: int | None = None, earlier: bool = False,
+                lines: int | None = None) -> list[ChartPlot]:
+        """The run's plots; ``earlier``: with a faint line per earlier run of the cell; ``lines``:
         only the first lines (and the global one)."""
-        notes = {key: panel.note for key, panel in self._feed.panels.items()}
-        panels = chart_panels(self._store, lines or self.lines.count, self.metric,
+        notes = {key: plot.note for key, plot in self._feed.plots.items()}
+        plots = chart_plots(self._store, lines or self.lines.count, self.metric,
                               max_points=max_points or self.max_points, names=self._names(), notes=notes)
-        return with_earlier(panels, self.earlier_runs, max_points) if earlier else panels
+        return with_earlier(plots, self.earlier_runs, max_points) if earlier else plots
 
     def _static_points(self) -> int:
         """Points per line of the end state, so that it stays under ~150 kB however many workers and
@@ -164,13 +164,13 @@ class Dashboard:
         """One frontend update: the chart (its static copy once finished) and the status table."""
         try:
             if self._finished:
-                self._shown = self._panels(self._static_points(), earlier=self.earlier_in_picture)
+                self._shown = self._plots(self._static_points(), earlier=self.earlier_in_picture)
                 chart: dict[str, Any] | None = self.static_bundle(self._shown)
             elif self._widget is not None:
                 chart = None
                 self._send_points()
             else:
-                self._shown = self._panels(min(LIVE_POINTS, self.max_points), earlier=True)
+                self._shown = self._plots(min(LIVE_POINTS, self.max_points), earlier=True)
                 chart = self.live_chart_bundle(self._shown)
             if self._chart_handle is not None and chart is not None:
                 self._chart_handle.update(chart, raw=True)
@@ -199,11 +199,11 @@ class Dashboard:
             self._widget.send(content, buffers)
             self.message_bytes.append(len(json.dumps(content)) + sum(len(b) for b in buffers))
 
-    def live_chart_bundle(self, panels: list[ChartPanel] | None = None) -> dict[str, Any]:
+    def live_chart_bundle(self, plots: list[ChartPlot] | None = None) -> dict[str, Any]:
         """The picture while the run goes on where no widget can be drawn: an SVG picture in HTML."""
-        if panels is None:
-            panels = self._panels(min(LIVE_POINTS, self.max_points), earlier=True)
-        svg = svg_panels(panels, self._title, epochs=self._epochs())
+        if plots is None:
+            plots = self._plots(min(LIVE_POINTS, self.max_points), earlier=True)
+        svg = svg_plots(plots, self._title, epochs=self._epochs())
         return {"text/html": f"<div class='mw-live-chart'>{svg}</div>",
                 "text/plain": f"{self._title} (live)"}
 
@@ -213,17 +213,17 @@ class Dashboard:
 
     @property
     def figure(self) -> Any:
-        """A plotly ``go.Figure`` of every panel as last drawn as a picture (downsampled traces: at
+        """A plotly ``go.Figure`` of every plot as last drawn as a picture (downsampled traces: at
         most :data:`LIVE_POINTS` per line while the run goes on, ``max_points`` once finished); with
         the live widget, as the data are now."""
         with self._lock:
-            panels = self._shown if self._widget is None and self._shown is not None else self._panels()
-            return as_plotly_figure(panels_figure_dict(panels, self._title, self._epochs()))
+            plots = self._shown if self._widget is None and self._shown is not None else self._plots()
+            return as_plotly_figure(plots_figure_dict(plots, self._title, self._epochs()))
 
     def static_figure(self) -> Any:
         """A plain ``go.Figure`` copy of the chart as it is now (downsampled traces)."""
         with self._lock:
-            return as_plotly_figure(panels_figure_dict(self._panels(), self._title, self._epochs()))
+            return as_plotly_figure(plots_figure_dict(self._plots(), self._title, self._epochs()))
 
     # -- status table ------------------------------------------------------------------------
     def status_rows(self) -> list[dict[str, Any]]:
@@ -276,20 +276,20 @@ class Dashboard:
             self._finished = True
             self._throttle.flush(force=True)
 
-    def static_bundle(self, panels: list[ChartPanel] | None = None) -> dict[str, Any]:
+    def static_bundle(self, plots: list[ChartPlot] | None = None) -> dict[str, Any]:
         """MIME bundle of the final chart (see :mod:`mwnotebook.frontend.chart.static_copy`)."""
         with self._lock:
-            if panels is None:
-                panels = self._panels(self._static_points(), earlier=self.earlier_in_picture)
+            if plots is None:
+                plots = self._plots(self._static_points(), earlier=self.earlier_in_picture)
             box = f"mw-chart-{id(self):x}-{len(self.update_times)}"
             epochs = self._epochs()
-            return static_bundle(panels_figure_dict(panels, self._title, epochs),
-                                 svg_panels(panels, self._title, epochs=epochs), self.status_text(), box)
+            return static_bundle(plots_figure_dict(plots, self._title, epochs),
+                                 svg_plots(plots, self._title, epochs=epochs), self.status_text(), box)
 
     def svg(self, width: int = 720, height: int = 320) -> str:
         """The chart as a small self-contained SVG picture (no plotly.js needed to view it)."""
         with self._lock:
-            return svg_panels(self._panels(), self._title, width, height, self._epochs())
+            return svg_plots(self._plots(), self._title, width, height, self._epochs())
 
     # -- data ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any] | None:
@@ -297,11 +297,11 @@ class Dashboard:
         nothing was drawn): what the run history keeps (frontend/chart/earlier.py)."""
         with self._lock:
             # the global line, else the first with points: line 0 and the global one are enough
-            # unless a panel has neither (a --ps coordinator reports no loss of its own)
-            panels = self._panels(lines=1)
-            if any(not any(s.x for s in p.series) for p in panels):
-                panels = self._panels()
-            return snapshot(panels)  # (reduced to SNAPSHOT_POINTS by averaging)
+            # unless a plot has neither (a --ps coordinator reports no loss of its own)
+            plots = self._plots(lines=1)
+            if any(not any(s.x for s in p.series) for p in plots):
+                plots = self._plots()
+            return snapshot(plots)  # (reduced to SNAPSHOT_POINTS by averaging)
 
     @property
     def records(self) -> list[dict[str, Any]]:

@@ -7,16 +7,16 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from mwnotebook.frontend.chart.panels import ChartPanel
+from mwnotebook.frontend.chart.plots import ChartPlot
 from mwnotebook.frontend.chart.series import FAINT_OPACITY, ChartSeries, chart_series
 from mwnotebook.shared.metrics import MetricsStore
 
-#: A stacked figure's panels (``panels_figure_dict``): each plot's height, and the room between two,
-#: in pixels: the upper panel's tick labels and x-axis title, then the lower panel's title, apart.
-#: As a fixed share of the figure (6 %, before) the gap shrank with the panel count, and the upper
-#: x-axis title ("step") sat level with the next panel's title.
-PANEL_PX = 200
-PANEL_GAP_PX = 90
+#: A stacked figure's plots (``plots_figure_dict``): each plot's height, and the room between two,
+#: in pixels: the upper plot's tick labels and x-axis title, then the lower plot's title, apart.
+#: As a fixed share of the figure (6 %, before) the gap shrank with the plot count, and the upper
+#: x-axis title ("step") sat level with the next plot's title.
+PLOT_PX = 200
+PLOT_GAP_PX = 90
 #: How far below the last plot the shared legend starts: under that plot's x-axis title.
 LEGEND_DROP_PX = 70
 
@@ -48,43 +48,43 @@ def figure_dict(series: Sequence[ChartSeries], title: str, metric: str) -> dict[
     return {"data": data, "layout": layout}
 
 
-def _epoch_shapes(panel: ChartPanel, suffix: str, epochs: Sequence[tuple[float, int]]) -> list[dict[str, Any]]:
-    if panel.axis != "step":
+def _epoch_shapes(plot: ChartPlot, suffix: str, epochs: Sequence[tuple[float, int]]) -> list[dict[str, Any]]:
+    if plot.axis != "step":
         return []
     return [{"type": "line", "xref": f"x{suffix}", "yref": f"y{suffix} domain", "x0": step, "x1": step,
              "y0": 0, "y1": 1, "line": {"color": "#999", "width": 1, "dash": "dot"}}
             for step, epoch in epochs if epoch > 0]
 
 
-def panels_figure_dict(panels: Sequence[ChartPanel], title: str,
+def plots_figure_dict(plots: Sequence[ChartPlot], title: str,
                        epochs: Sequence[tuple[float, int]] = ()) -> dict[str, Any]:
-    """Every panel as a subplot, stacked, sharing one legend (a legend click hides a worker in every
-    panel), epochs as dotted lines, each panel titled with what it draws. One panel:
+    """Every plot as a subplot, stacked, sharing one legend (a legend click hides a worker in every
+    plot), epochs as dotted lines, each plot titled with what it draws. One plot:
     :func:`figure_dict` plus the epochs."""
-    if len(panels) == 1:
-        figure = figure_dict(panels[0].series, title + (f" ({panels[0].note})" if panels[0].note else ""),
-                             panels[0].metric)
-        figure["layout"]["xaxis"]["title"]["text"] = panels[0].axis
-        figure["layout"]["shapes"] = _epoch_shapes(panels[0], "", epochs)
+    if len(plots) == 1:
+        figure = figure_dict(plots[0].series, title + (f" ({plots[0].note})" if plots[0].note else ""),
+                             plots[0].metric)
+        figure["layout"]["xaxis"]["title"]["text"] = plots[0].axis
+        figure["layout"]["shapes"] = _epoch_shapes(plots[0], "", epochs)
         return figure
-    n = len(panels)
+    n = len(plots)
     layout = figure_dict([], title, "")["layout"]
-    plot_px = n * PANEL_PX + (n - 1) * PANEL_GAP_PX  # the stack, without the figure's margins
+    plot_px = n * PLOT_PX + (n - 1) * PLOT_GAP_PX  # the stack, without the figure's margins
     layout["height"] = plot_px + layout["margin"]["t"] + layout["margin"]["b"]
     data: list[dict[str, Any]] = []
     layout["shapes"], layout["annotations"] = [], []
-    for i, panel in enumerate(panels):
+    for i, plot in enumerate(plots):
         suffix = "" if i == 0 else str(i + 1)
-        top = 1 - i * (PANEL_PX + PANEL_GAP_PX) / plot_px
-        layout[f"xaxis{suffix}"] = {"title": {"text": panel.axis}, "anchor": f"y{suffix}",
+        top = 1 - i * (PLOT_PX + PLOT_GAP_PX) / plot_px
+        layout[f"xaxis{suffix}"] = {"title": {"text": plot.axis}, "anchor": f"y{suffix}",
                                     "domain": [0, 1], "gridcolor": "#EBF0F8"}
-        layout[f"yaxis{suffix}"] = {"title": {"text": panel.metric}, "anchor": f"x{suffix}",
-                                    "domain": [top - PANEL_PX / plot_px, top], "gridcolor": "#EBF0F8"}
-        layout["shapes"] += _epoch_shapes(panel, suffix, epochs)
-        layout["annotations"].append({"text": panel.metric + (f" - {panel.note}" if panel.note else ""),
+        layout[f"yaxis{suffix}"] = {"title": {"text": plot.metric}, "anchor": f"x{suffix}",
+                                    "domain": [top - PLOT_PX / plot_px, top], "gridcolor": "#EBF0F8"}
+        layout["shapes"] += _epoch_shapes(plot, suffix, epochs)
+        layout["annotations"].append({"text": plot.metric + (f" - {plot.note}" if plot.note else ""),
                                       "xref": "paper", "yref": "paper", "x": 0, "y": top, "xanchor": "left",
                                       "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
-        for index, trace in enumerate(figure_dict(panel.series, title, panel.metric)["data"]):
+        for index, trace in enumerate(figure_dict(plot.series, title, plot.metric)["data"]):
             trace.update(xaxis=f"x{suffix}", yaxis=f"y{suffix}", legendgroup=f"series{index}",
                          showlegend=i == 0)
             data.append(trace)

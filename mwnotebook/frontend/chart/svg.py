@@ -9,30 +9,30 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mwnotebook.frontend.chart.panels import ChartPanel
+from mwnotebook.frontend.chart.plots import ChartPlot
 from mwnotebook.frontend.chart.series import FAINT_OPACITY, ChartSeries
 
 _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 60, 15, 30, 60
 
 
-def _marks(panel: ChartPanel, epochs: Sequence[tuple[float, int]]) -> list[tuple[float, str]]:
-    return [(step, f"epoch {epoch + 1}") for step, epoch in epochs if epoch > 0] if panel.axis == "step" else []
+def _marks(plot: ChartPlot, epochs: Sequence[tuple[float, int]]) -> list[tuple[float, str]]:
+    return [(step, f"epoch {epoch + 1}") for step, epoch in epochs if epoch > 0] if plot.axis == "step" else []
 
 
-def svg_panels(panels: Sequence[ChartPanel], title: str, width: int = 720, height: int = 320,
+def svg_plots(plots: Sequence[ChartPlot], title: str, width: int = 720, height: int = 320,
                epochs: Sequence[tuple[float, int]] = ()) -> str:
-    """Every panel's picture stacked in one SVG (one ``<g>`` per panel), the run's title on the first."""
-    if len(panels) == 1:
-        p = panels[0]
+    """Every plot's picture stacked in one SVG (one ``<g>`` per plot), the run's title on the first."""
+    if len(plots) == 1:
+        p = plots[0]
         return svg_chart(p.series, title, p.metric, width, height, xlabel=p.axis, marks=_marks(p, epochs))
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height * len(panels)}" '
-             f'viewBox="0 0 {width} {height * len(panels)}" font-family="sans-serif" font-size="11">']
-    for i, p in enumerate(panels):
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height * len(plots)}" '
+             f'viewBox="0 0 {width} {height * len(plots)}" font-family="sans-serif" font-size="11">']
+    for i, p in enumerate(plots):
         name = p.metric + (f" ({p.note})" if p.note else "")
         inner = svg_chart(p.series, name if i else f"{title}: {name}", p.metric, width, height, xlabel=p.axis,
                           marks=_marks(p, epochs))
         inner = inner[inner.index(">") + 1: inner.rindex("</svg>")]
-        parts.append(f'<g class="mw-panel" data-metric="{html.escape(p.metric)}" '
+        parts.append(f'<g class="mw-plot" data-metric="{html.escape(p.metric)}" '
                      f'transform="translate(0,{i * height})">{inner}</g>')
     parts.append("</svg>")
     return "".join(parts)

@@ -4,7 +4,7 @@
 table) at the first metric record of a cell, whatever the cell's code: a cell that reports nothing
 draws nothing and pays nothing, and a training cell's chart comes where its metrics come, after the
 output written before them. Worker state changes before that are kept, so the status table starts
-right. The chart it shows is the widget of ``mwnotebook/frontend/chart/widget.py`` (a panel per metric,
+right. The chart it shows is the widget of ``mwnotebook/frontend/chart/widget.py`` (a plot per metric,
 each update carrying only the new points), or the SVG picture updated in place where no widget can be
 drawn; ``mwnotebook/frontend/chart/live.py`` says why not plotly's own widget.
 """

@@ -1,4 +1,4 @@
-// One panel = one metric = one uPlot chart: a faint raw line and a main (smoothed) line per series
+// One plot = one metric = one uPlot chart: a faint raw line and a main (smoothed) line per series
 // (series 0..N-1 are the workers, N the global value), epoch marks, gaps marked where values were
 // NaN/inf. Zoom, hidden workers, log scale and smoothing come from the shared view state.
 // After them, one faint line per earlier run of the cell that had this metric (earlier.js), drawn
@@ -20,19 +20,19 @@ function fmt(v) {
   return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : v.toPrecision(4);
 }
 
-export class Panel {
+export class Plot {
   constructor(parent, store, id, view) {
     this.store = store;
     this.id = id;
     this.view = view;
     this.data = null;
     this.box = document.createElement("div");
-    this.box.className = "mw-panel";
-    const info = store.panel(id);
+    this.box.className = "mw-plot";
+    const info = store.plot(id);
     this.box.dataset.metric = info.metric;
     this.box.dataset.axis = info.axis;
     this.title = document.createElement("div");
-    this.title.className = "mw-panel-title";
+    this.title.className = "mw-plot-title";
     this.title.textContent = info.metric + (info.note ? " \u2014 " + info.note : "");
     this.box.appendChild(this.title);
     this.chartBox = document.createElement("div");
@@ -41,18 +41,18 @@ export class Panel {
     this.build();
   }
 
-  get info() { return this.store.panel(this.id); }
+  get info() { return this.store.plot(this.id); }
 
   seriesCount() { return this.view.names.length; }
 
-  // the earlier runs that have this panel's metric: [{run, label, colour, line: {xs, ys}}]
+  // the earlier runs that have this plot's metric: [{run, label, colour, line: {xs, ys}}]
   earlierLines() {
     const key = `${this.info.metric}|${this.info.axis}`;
     return this.view.earlier.filter((r) => r.lines.has(key)).map((r) => ({...r, line: r.lines.get(key)}));
   }
 
   build() {
-    if (this.plot) this.plot.destroy();
+    if (this.uplot) this.uplot.destroy();
     const n = this.seriesCount();
     this.earlierList = this.earlierLines();
     const series = [{label: this.info.axis}];
@@ -61,7 +61,7 @@ export class Panel {
       const shown = !this.view.hidden.has(s);
       series.push({label: this.view.names[s] + " (raw)", stroke: fade(colour), width: 1, dash,
                    show: shown && this.view.smoothing > 0, points: {show: false}});
-      // epoch panels have a point per epoch: draw the points (a single one is no line)
+      // epoch plots have a point per epoch: draw the points (a single one is no line)
       series.push({label: this.view.names[s], stroke: colour, width: s === n - 1 ? 2 : 1.5, dash,
                    show: shown, points: {show: this.info.axis === "epoch", size: 6, fill: colour}});
     }
@@ -71,7 +71,7 @@ export class Panel {
     }
     const self = this;
     const opts = {
-      width: this.view.panelWidth(), height: HEIGHT, series, legend: {show: false},
+      width: this.view.plotWidth(), height: HEIGHT, series, legend: {show: false},
       scales: {x: {time: false}, y: this.view.log ? {distr: 3} : {}},
       axes: [{label: this.info.axis === "epoch" ? "epoch" : "step", size: 40},
              {label: this.info.metric, size: 60}],
@@ -88,10 +88,10 @@ export class Panel {
         draw: [(u) => self.marks(u)],
       },
     };
-    this.plot = new uPlot(opts, this.table(), this.chartBox);
-    this.plot.over.addEventListener("dblclick", () => this.view.resetZoom(this.info.axis));
-    this.plot.over.addEventListener("mouseenter", () => { this.view.active = this; });
-    this.plot.over.addEventListener("mouseleave", () => { this.view.active = null; this.view.showHover(null); });
+    this.uplot = new uPlot(opts, this.table(), this.chartBox);
+    this.uplot.over.addEventListener("dblclick", () => this.view.resetZoom(this.info.axis));
+    this.uplot.over.addEventListener("mouseenter", () => { this.view.active = this; });
+    this.uplot.over.addEventListener("mouseleave", () => { this.view.active = null; this.view.showHover(null); });
     this.applyZoom();
   }
 
@@ -113,33 +113,33 @@ export class Panel {
   }
 
   refresh() {
-    if (this.seriesCount() * 2 + 1 + this.earlierList.length !== this.plot.series.length) { this.build(); return; }
-    this.plot.setData(this.table(), !this.view.zoomed(this.info.axis));
+    if (this.seriesCount() * 2 + 1 + this.earlierList.length !== this.uplot.series.length) { this.build(); return; }
+    this.uplot.setData(this.table(), !this.view.zoomed(this.info.axis));
     this.applyZoom();
   }
 
   applyZoom() {
     const range = this.view.zoomed(this.info.axis);
-    if (range) this.plot.setScale("x", {min: range[0], max: range[1]});
+    if (range) this.uplot.setScale("x", {min: range[0], max: range[1]});
   }
 
   applyVisibility() {
     const n = this.seriesCount();
     for (let s = 0; s < n; s++) {
       const shown = !this.view.hidden.has(s);
-      this.plot.setSeries(1 + 2 * s, {show: shown && this.view.smoothing > 0});
-      this.plot.setSeries(2 + 2 * s, {show: shown});
+      this.uplot.setSeries(1 + 2 * s, {show: shown && this.view.smoothing > 0});
+      this.uplot.setSeries(2 + 2 * s, {show: shown});
     }
-    this.earlierList.forEach((e, k) => this.plot.setSeries(1 + 2 * n + k, {show: this.view.earlierShown(e.run)}));
+    this.earlierList.forEach((e, k) => this.uplot.setSeries(1 + 2 * n + k, {show: this.view.earlierShown(e.run)}));
   }
 
-  resize() { this.plot.setSize({width: this.view.panelWidth(), height: HEIGHT}); }
+  resize() { this.uplot.setSize({width: this.view.plotWidth(), height: HEIGHT}); }
 
   // Every shown series' value at the cursor: the main line's value at that x, else the last
   // point before it (workers' points need not share x values).
   hover(u) {
     const idx = u.cursor.idx;
-    if (this.view.active !== this) return;  // a panel that only follows the synced cursor
+    if (this.view.active !== this) return;  // a plot that only follows the synced cursor
     if (idx === null || idx === undefined || !this.data) return;
     const x = this.data[0][idx], rows = [];
     for (let s = 0; s < this.seriesCount(); s++) {
@@ -222,12 +222,12 @@ export class Panel {
   }
 
   state() {
-    const x = this.plot.scales.x, y = this.plot.scales.y;
+    const x = this.uplot.scales.x, y = this.uplot.scales.y;
     const points = [];
     for (let s = 0; s < this.seriesCount(); s++) points.push((this.info.series.get(s) || {xs: []}).xs.length);
     // the last value of each line as given to uPlot (what is drawn), main and raw
     const lastOf = (c) => {
-      const col = this.plot.data[c] || [];
+      const col = this.uplot.data[c] || [];
       let i = col.length - 1;
       while (i >= 0 && (col[i] === undefined || col[i] === null)) i--;
       return i >= 0 ? col[i] : null;
@@ -237,9 +237,9 @@ export class Panel {
     return {metric: this.info.metric, axis: this.info.axis, note: this.info.note, xMin: x.min, xMax: x.max,
             yMin: y.min, yMax: y.max, log: this.view.log, zoomed: !!this.view.zoomed(this.info.axis),
             distr: y.distr, points, lastDrawn: last, lastRaw, nans: this.info.nans.length,
-            shown: this.plot.series.slice(1).map((s) => s.show),
+            shown: this.uplot.series.slice(1).map((s) => s.show),
             earlier: this.earlierList.map((e, k) => ({run: e.run, label: e.label, points: e.line.xs.length,
-                                                      shown: this.plot.series[1 + 2 * this.seriesCount() + k].show,
+                                                      shown: this.uplot.series[1 + 2 * this.seriesCount() + k].show,
                                                       drawn: lastOf(1 + 2 * this.seriesCount() + k)})),
             labels: (this.labelsDrawn || []).map((l) => l.label)};
   }

@@ -1,6 +1,6 @@
-"""Every metric of a run as panels of plain data (the end state's figure and picture).
+"""Every metric of a run as plots of plain data (the end state's figure and picture).
 
-Step panels come from step and batch records (x = step), epoch panels from metrics only seen in
+Step plots come from step and batch records (x = step), epoch plots from metrics only seen in
 epoch summaries (``val_*``, or every metric of a ``--ps`` coordinator's ``fit``, which reports epochs
 only; x = epoch from 1). The dashboard's own metric (``loss``) comes first,
 the learning rate last.
@@ -25,11 +25,11 @@ _LAST = ("lr", "learning_rate")
 
 
 @dataclass(frozen=True)
-class ChartPanel:
+class ChartPlot:
     metric: str
     axis: str  # "step" | "epoch"
     series: list[ChartSeries]
-    note: str = ""  # what is drawn, e.g. Keras' running mean (frontend/chart/feed.py panel_note)
+    note: str = ""  # what is drawn, e.g. Keras' running mean (frontend/chart/feed.py plot_note)
 
 
 def _bare(name: str) -> str:
@@ -40,19 +40,19 @@ def _ordered(names: set[str], first: str) -> list[str]:
     return sorted(names, key=lambda m: (m != first, m in _LAST, m))
 
 
-def chart_panels(store: MetricsStore, num_workers: int, first: str = "loss", *,
+def chart_plots(store: MetricsStore, num_workers: int, first: str = "loss", *,
                  max_points: int | None = None, names: Sequence[str] | None = None,
-                 notes: Mapping[tuple[str, str], str] | None = None) -> list[ChartPanel]:
-    """One panel per metric; ``names(metric)``-style worker names come from ``names`` (a worker's
+                 notes: Mapping[tuple[str, str], str] | None = None) -> list[ChartPlot]:
+    """One plot per metric; ``names(metric)``-style worker names come from ``names`` (a worker's
     legend name with ``{metric}`` in it, e.g. "worker 1 (local {metric}) - failed: ValueError")."""
     step_metrics = {_bare(m) for m in store.metric_names()}
     epoch_metrics = {_bare(m) for m in store.epoch_metric_names()} - step_metrics
     if not step_metrics and not epoch_metrics:
-        step_metrics = {first}  # nothing reported: the dashboard's own panel, empty
-    panels = []
+        step_metrics = {first}  # nothing reported: the dashboard's own plot, empty
+    plots = []
     for metric in _ordered(step_metrics, first):
         worker_names = [n.format(metric=metric) for n in names] if names is not None else None
-        panels.append(ChartPanel(metric, "step", chart_series(store, metric, num_workers, max_points=max_points,
+        plots.append(ChartPlot(metric, "step", chart_series(store, metric, num_workers, max_points=max_points,
                                                               names=worker_names),
                                  (notes or {}).get((metric, "step"), "")))
     for metric in _ordered(epoch_metrics, first):
@@ -64,5 +64,5 @@ def chart_panels(store: MetricsStore, num_workers: int, first: str = "loss", *,
         gx, gy = _points(*store.epoch_series(None, metric), max_points)
         series.append(ChartSeries(global_series_name(metric), GLOBAL_COLOUR, "4 3", gx, gy,
                                   visible=bool(gx), is_global=True))
-        panels.append(ChartPanel(metric, "epoch", series, (notes or {}).get((metric, "epoch"), "")))
-    return panels
+        plots.append(ChartPlot(metric, "epoch", series, (notes or {}).get((metric, "epoch"), "")))
+    return plots
