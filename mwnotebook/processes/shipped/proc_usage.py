@@ -53,7 +53,8 @@ def slurm_memory(environ: Mapping[str, str]) -> int | None:
     """The memory a Slurm job has on this node, from the variables Slurm sets in its steps: ``--mem``
     (``SLURM_MEM_PER_NODE``, MiB) or ``--mem-per-cpu`` (``SLURM_MEM_PER_CPU`` MiB times
     ``SLURM_CPUS_ON_NODE``). What Slurm enforces, by its cgroup (then read from the cgroup as well) or
-    by its accounting's kill of a job past it. None outside a job or for a job without either."""
+    by its accounting's kill of a job past it. A step has them when srun had them: a notebook that
+    runs in the job (salloc's shell, a batch script). None outside a job or for a job without either."""
     def number(name: str) -> int | None:
         text = environ.get(name, "").strip()
         return int(text) if text.isdigit() and int(text) > 0 else None
