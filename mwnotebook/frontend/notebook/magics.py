@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
 import os
 import shlex
@@ -36,7 +35,7 @@ from mwnotebook.engine.cell.result import RunResult
 from mwnotebook.engine.class_caps import running_summary
 from mwnotebook.engine.cluster import Cluster
 from mwnotebook.engine.roles import notebook_coordinator
-from mwnotebook.errors import ClusterInterrupted, ClusterRunError, ConfigError, MWNotebookError
+from mwnotebook.errors import ClusterInterrupted, ConfigError, MWNotebookError
 from mwnotebook.experiments.collect import RunCollector
 from mwnotebook.experiments.history import Outcome, RunHistory, RunRecord, cell_hash
 from mwnotebook.experiments.outlets import Outlets
@@ -47,6 +46,7 @@ from mwnotebook.frontend.notebook import runs_view as runs_view
 from mwnotebook.frontend.notebook.keras_choice import KerasChoice
 from mwnotebook.frontend.notebook.live_chart import DEFAULT_COMPARE, ChartOnFirstMetric, preload_in_background
 from mwnotebook.frontend.notebook.output_areas import WorkerOutputAreas
+from mwnotebook.frontend.notebook.run_record import one_line, record_run, set_options
 from mwnotebook.frontend.notebook.usage_view import usage_bundle
 from mwnotebook.frontend.notebook.views import caps_text, security_notice, status_bundle, tf_config_bundle
 from mwnotebook.frontend.text.relay import TextRelay, WorkerNames
@@ -272,7 +272,7 @@ class MWMagics(Magics):
             result = cluster.run(cell, on_event=on_event, timeout=ns.timeout, max_restarts=spec.max_restarts)
             outcome = "ok"
         except MWNotebookError as exc:
-            error = _one_line(exc)
+            error = one_line(exc)
             if isinstance(exc, ClusterInterrupted):  # Ctrl-C: the workers were interrupted on purpose
                 outcome, error = "interrupted", ""
             _finish(output, chart)
@@ -281,7 +281,7 @@ class MWMagics(Magics):
             raise
         except BaseException as exc:  # e.g. a second Ctrl-C: no display update may land in a later cell
             outcome, error = ("interrupted", "") if isinstance(exc, KeyboardInterrupt) else (
-                "failed", _one_line(exc))
+                "failed", one_line(exc))
             _finish(output, chart)
             raise
         else:
@@ -290,11 +290,9 @@ class MWMagics(Magics):
             if slow:
                 print(slow)
         finally:
-            run = self.session.runs.record(
-                line=line, cell=cell, started=started, workers=kernels, hosts=_hosts(cluster),
-                outcome=outcome, error=error, metrics=measured.records, restarts=measured.restarts,
-                chart=chart.snapshot() if chart is not None else None,
-                options=_set_options(ns), tasks=_tasks(cluster), cell_id=cell_id)
+            run = record_run(self.session.runs, cluster, line=line, cell=cell, started=started, workers=kernels,
+                             outcome=outcome, error=error, measured=measured, chart=chart,
+                             options=_set_options(ns), cell_id=cell_id)  # frontend/notebook/run_record.py
             runs_view.after_run(self.shell, self.session.runs, run.number, outlets)
         self.session.last_result = result
         # What the cell produced, as plain data in the notebook: mw_result.metrics (records),
@@ -447,34 +445,7 @@ def _set_options(ns: argparse.Namespace) -> dict[str, str]:
     """The options the line set (those that differ from the parser's defaults), as text."""
     if not _defaults:
         _defaults.update(vars(_cached_mwtrain_parser().parse_args([])))
-    return {name: runs_view.option_text(value) for name, value in vars(ns).items()
-            if name in _defaults and value != _defaults[name]}
-
-
-def _tasks(cluster: Cluster) -> list[dict[str, str]]:
-    """Each cell kernel's TF_CONFIG and host, for the run history (MLflow's TF_CONFIG table)."""
-    try:
-        configs, hosts = cluster.tf_configs, _hosts(cluster)
-        tasks = cluster.spec.layout.cell_tasks()
-    except Exception:  # a cluster that never started
-        return []
-    return [{"name": f"{task.type}:{task.index}", "host": host, "tf_config": json.dumps(config)}
-            for task, config, host in zip(tasks, configs, hosts)]
-
-
-def _one_line(exc: BaseException) -> str:
-    """What a failed run's history entry says about its failure."""
-    if isinstance(exc, ClusterRunError):
-        return exc.last_cause()
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _hosts(cluster: Cluster) -> list[str]:
-    try:
-        return [worker.handle.host for worker in cluster.workers]
-    except Exception:  # a cluster that never started has no workers to name
-        return []
+    return set_options(vars(ns), _defaults)
 
 
 def _finish(output: EventSink, chart: ChartOnFirstMetric | None) -> None:
