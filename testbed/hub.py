@@ -58,21 +58,25 @@ TRAINED_FILE = "mwnotebook-trained-at"
 def quiet_training(seconds: float, options: str = "--workers 2") -> str:
     """A cell that trains on its workers (an all-reduce every 10 ms) for ``seconds`` printing nothing
     after "training", then each worker writes the time it ended to ``~/TRAINED_FILE`` (:meth:`Hub.trained_at`).
-    A worker lost mid-cell fails the all-reduce: the file is written only by a training run that ended."""
+    A worker lost mid-cell fails the all-reduce: the file is written only by a training run that ended.
+
+    The workers agree when to stop: each step all-reduces "my time is not up yet" and all stop at the
+    first step where one worker's is. (Each looking at its own clock alone, one worker could stop a
+    step before the other, whose last all-reduce then waited for ever: worker 0 done, worker 1
+    running, both alive, until the cell's --timeout.)"""
     return f"""%%mwtrain {options}
 import os, time
 import tensorflow as tf
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 
 @tf.function
-def step():
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+def step(going):
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: going), axis=None)
 
-step()
+all_going = float(step(tf.constant(1.0)))
 print("training", flush=True)
 end = time.monotonic() + {seconds}
-while time.monotonic() < end:
-    step()
+while float(step(tf.constant(1.0 if time.monotonic() < end else 0.0))) == all_going:
     time.sleep(0.01)
 with open(os.path.expanduser("~/{TRAINED_FILE}"), "w") as done:  # each worker, as the student
     done.write(repr(time.time()))
