@@ -18,7 +18,7 @@ from ._plugins.no_skips import pytest_make_collect_report, pytest_runtest_makere
 
 # The reliability table, printed by the process that prints the summary: hooks, imported likewise.
 from ._plugins.reliability_table import pytest_configure, pytest_terminal_summary
-from ._plugins.run_groups import group_of
+from ._plugins.run_groups import GroupClock, group_of, load_durations, longest_first, under_xdist
 
 __all__ = ["pytest_configure", "pytest_make_collect_report", "pytest_runtest_makereport", "pytest_terminal_summary"]
 
@@ -29,6 +29,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     on one process, and modules that share a machine-wide resource run on the same one."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group_of(Path(str(item.fspath)))))
+    if under_xdist():  # every worker orders alike (xdist checks): longest measured group first
+        items[:] = longest_first(items, load_durations())
+
+
+_GROUP_CLOCK = pytest.StashKey[GroupClock]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_GROUP_CLOCK] = GroupClock(session.config.rootpath)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """In the process that prints the summary, each xdist worker's report (``report.node``): its seconds
+    go to its group's and its process's sums (tests/_plugins/run_groups.py)."""
+    node = getattr(report, "node", None)
+    config = getattr(node, "config", None)
+    if node is not None and config is not None and _GROUP_CLOCK in config.stash:
+        config.stash[_GROUP_CLOCK].add(report.nodeid, report.duration, node.gateway.id)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    clock = session.config.stash.get(_GROUP_CLOCK, None)
+    if clock is not None and clock.groups:
+        clock.write(session.config.rootpath / "artifacts" / "group_durations.json")
 
 
 @pytest.fixture

@@ -113,9 +113,11 @@ status=0
 # Three processes on two cores: most of the suite's time is waiting on kernels, detection windows and
 # outages, not computing, and a third process fills waits that two leave idle. A module runs whole on one process; modules that share a session
 # fixture or a machine-wide resource run on the same one (tests/_plugins/run_groups.py).
-# Modules are handed out in the suite's own order (--no-loadscope-reorder), not most tests first:
-# that order put the long few-test modules (soaks, lesson notebooks) last, where one process ran
-# them alone; in the suite's order the many short unit tests come last and fill the end.
+# Groups are handed out in the order tests/conftest.py gives the tests (--no-loadscope-reorder), not
+# most tests first (that put the long few-test modules, soaks and lesson notebooks, last, where one
+# process ran them alone): the longest measured group first when tests/_plugins/group_durations.json
+# holds a measured run, else the suite's order (the many short unit tests last, filling the end).
+# Each run writes what it measured per group and per process to artifacts/group_durations.json.
 # (pytest-benchmark, where a machine has it, warns under xdist; the suite has no benchmark tests.)
 python3 -m pytest -p no:benchmark -n "${MWNOTEBOOK_TEST_PROCESSES:-3}" --dist loadgroup --no-loadscope-reorder -ra --durations=20 "$@" \
   || status=$?
