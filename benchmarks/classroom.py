@@ -1,6 +1,8 @@
 """A class on one machine: K students each run the seed cell on two workers at the same moment.
 
-    python -m benchmarks.classroom [--students 2 4 8] [--no-caps-only]
+    python -m benchmarks.classroom                               # K = 2, 4, 8; each without, then with caps
+    python -m benchmarks.classroom --students 8 --caps with      # one K, one setting
+    python -m benchmarks.classroom --students 2 4 --caps without
 
 Each student is a notebook kernel (jupyter_client, the ipykernel a notebook runs) that has loaded the
 extension and whose worker template is ready. For each K, first without caps, then with the CPU
@@ -13,7 +15,9 @@ seconds (request to idle), the slowest student's time over the one alone (cold o
 warm), the threads TensorFlow gave each worker, and
 memory per student: the PSS of the student's kernel and everything it started (template, workers),
 after the cell. Every student's cell must print both workers' exact seed lines (a missing one is an
-error, not a figure). Writes benchmarks/results/classroom/<commit>.json. Not a test.
+error, not a figure). The K kernels start (and their templates get ready) in parallel, before any
+timing. Writes benchmarks/results/classroom/<commit>.json, with the rows done so far when one fails
+(and what failed). Not a test.
 """
 
 from __future__ import annotations
@@ -99,10 +103,33 @@ def at_once(students: list[Student]) -> list[float]:
     return [round(r, 2) for r in results]
 
 
+def start_students(k: int, env: dict[str, str]) -> list[Student]:
+    """``k`` students, started at once (setup, not timed); all ended if one fails to start."""
+    started: list[Any] = [None] * k
+
+    def start(i: int) -> None:
+        try:
+            started[i] = Student(env)
+        except BaseException as e:  # raised below, on the main thread
+            started[i] = e
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(k)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    failed = [s for s in started if isinstance(s, BaseException)]
+    if failed:
+        for student in started:
+            if isinstance(student, Student):
+                student.close()
+        raise failed[0]
+    return list(started)
+
+
 def one_class(k: int, caps: bool) -> dict[str, Any]:
     cores = os.cpu_count() or 1
     env = {"CPU_LIMIT": f"{cores / k:g}"} if caps else {}
-    students = [Student(env) for _ in range(k)]
+    students = start_students(k, env)
     try:
         alone = round(students[0].seed(), 2)
         alone_warm = round(students[0].seed(), 2)
@@ -122,17 +149,34 @@ def one_class(k: int, caps: bool) -> dict[str, Any]:
     return row
 
 
+CAPS = {"both": [False, True], "without": [False], "with": [True]}
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--students", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--no-caps-only", action="store_true", help="leave out the runs with caps")
+    doc = __doc__ or ""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0] + "\n\n" + doc.split("\n\n")[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--students", type=int, nargs="+", default=[2, 4, 8], metavar="K",
+                        help="class sizes to run, each in turn (default: 2 4 8)")
+    parser.add_argument("--caps", choices=sorted(CAPS), default="both",
+                        help="without: no cap; with: CPU_LIMIT = cores / K in each kernel; both (default): "
+                             "without, then with, for each K")
     args = parser.parse_args()
+    if any(k < 1 for k in args.students):
+        parser.error(f"--students: each K must be 1 or more, not {args.students}")
     run = Run("classroom")
-    rows = []
-    for k in args.students:
-        for caps in ([False] if args.no_caps_only else [False, True]):
-            rows.append(one_class(k, caps))
-    print(f"written to {run.write({'rows': rows})}")
+    rows: list[dict[str, Any]] = []
+    failed = None
+    try:
+        for k in args.students:
+            for caps in CAPS[args.caps]:
+                rows.append(one_class(k, caps))
+    except BaseException as e:
+        failed = f"{type(e).__name__}: {e}"[:3000]
+        raise
+    finally:
+        if rows or failed:
+            print(f"written to {run.write({'rows': rows, **({'failed': failed} if failed else {})})}")
 
 
 if __name__ == "__main__":
