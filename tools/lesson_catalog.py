@@ -88,7 +88,7 @@ LESSONS = (
            "`mw.report` in a custom loop: `loss=` per worker, `global_loss=` reduced", ("01", "02"), (LOCAL,), 10,
            Result(rf"^\[worker 0\] final global loss (?P<loss>{_FLOAT})",
                   "final global loss {loss}, the mean of the two local losses at every step")),
-    Lesson("04_remote_hosts", "tests/remote/test_remote_notebook.py",
+    Lesson("04_remote_hosts", "tests/remote/test_remote_notebook.py::test_remote_hosts_notebook",
            "workers on other machines over SSH (`--hosts`)", ("01",), (LOCAL, SSH), 15,
            Result(rf"^\[worker 0\] worker=0 replicas=(?P<replicas>\d+) initial_loss=(?P<first>{_FLOAT}) "
                   rf"final_loss=(?P<last>{_FLOAT})",
@@ -129,6 +129,15 @@ LESSONS = (
            Result(rf"chief=True mwms_loss (?P<a>{_FLOAT}) -> (?P<b>{_FLOAT})[\s\S]*?"
                   rf"chief ps_loss (?P<first>{_FLOAT}) -> (?P<last>{_FLOAT})",
                   "all-reduce with a chief: loss {a} → {b}; parameter servers: {first} → {last}")),
+    Lesson("09b_parameter_servers_on_lab_machines",
+           "tests/remote/test_remote_notebook.py::test_parameter_servers_on_lab_machines_notebook",
+           "lesson 09's parameter-server cluster on two machines over SSH: which task runs where, `--place`",
+           ("04", "09"), (LOCAL, SSH), 10,
+           Result(r"^\[coordinator\] loss by epoch: (?P<first>[0-9.]+) .* (?P<last>[0-9.]+)$[\s\S]*?"
+                  r"^\[coordinator\] worker server 0 at \S+: (?P<w0>\d+) of 40 jobs\n"
+                  r"\[coordinator\] worker server 1 at \S+: (?P<w1>\d+) of 40 jobs",
+                  "the coordinator and worker server 0 on the first machine, the parameter server on the second: "
+                  "loss {first} → {last} by epoch; the worker servers ran {w0} and {w1} of 40 jobs")),
     Lesson("10_ray_cluster", "tests/ray/test_ray_lesson.py",
            "Ray places the workers (`--ray`): the placement group, a bundle per worker and its node; a request "
            "the cluster cannot hold", ("01", "06"), (LOCAL, RAY), 15,

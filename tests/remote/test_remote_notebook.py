@@ -1,7 +1,7 @@
-"""notebooks/04_remote_hosts.ipynb, executed headless against the two sshd test hosts: the
-all-reduce cell on both hosts (section 3), and the parameter-server cluster of two lab machines
-(section 7): the tutorial's ``fit`` with ``--ps 1``, each task on the host the placement rule gives
-it, then the parameter server moved with ``--place``."""
+"""Lessons 04 and 09b, executed headless against the two sshd test hosts: lesson 04's all-reduce cell
+(the seed program) on both hosts, and lesson 09b's parameter-server cluster of two lab machines: the
+tutorial's ``fit`` with ``--ps 1``, each task on the host the placement rule gives it, its loss drawn
+in the saved chart, then the parameter server moved with ``--place``."""
 
 from __future__ import annotations
 
@@ -46,17 +46,30 @@ def test_remote_hosts_notebook(ssh_home: netns_hosts.TestNet, monkeypatch: pytes
     nb = execute_lesson("04_remote_hosts", timeout=500)
 
     code = [c for c in nb.cells if c.cell_type == "code"]
-    train = next(c for c in code if c.source.startswith("%%mwtrain"))
+    (train,) = [c for c in code if c.source.startswith("%%mwtrain")]
     lines = text_of(train).splitlines()
     for i in range(2):
         assert f"[worker {i}] {expected_line(i)}" in lines, text_of(train)[-3000:]
     status = text_of(next(c for c in code if c.source.strip() == "%mwcluster status"))
     assert h0.address in status and h1.address in status
+    # ssh_home checks that %mwcluster stop left nothing running on either host.
 
-    # Section 7: the default placement, then the ps moved to the first machine with --place.
+
+def test_parameter_servers_on_lab_machines_notebook(ssh_home: netns_hosts.TestNet,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    h0, h1 = ssh_home.hosts
+    monkeypatch.setenv("MWNOTEBOOK_HOSTS", f"{h0.alias},{h1.alias}")
+    monkeypatch.setenv("MWNOTEBOOK_PYTHON", sys.executable)
+    nb = execute_lesson("09b_parameter_servers_on_lab_machines", timeout=500)
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    # The default placement, then the ps moved to the first machine with --place.
     default, placed = [c for c in code if c.source.startswith("%%mwtrain") and "--ps 1" in c.source]
     assert "--place ps=$FIRST_HOST" in placed.source
     tasks = {"coordinator chief:0": h0, "worker server worker:0": h0, "worker server worker:1": h1}
     check_ps_cell(text_of(default), {**tasks, "parameter server ps:0": h1})
     check_ps_cell(text_of(placed), {**tasks, "parameter server ps:0": h0})
+    for cell in (default, placed):  # the coordinator's fit reports epochs: its loss is in the saved chart
+        pictures = [o["data"]["image/svg+xml"] for o in cell.outputs if "image/svg+xml" in o.get("data", {})]
+        assert pictures and "<polyline" in pictures[-1], [o.get("data", {}).keys() for o in cell.outputs]
     # ssh_home checks that %mwcluster stop left nothing running on either host.

@@ -1,7 +1,7 @@
 """Every lesson's exercise (its ``## Exercise`` cell) and its solution (notebooks/solutions/NN_solution.ipynb):
 each solution is executed once here, in a fresh notebook kernel with nbclient, and its outcome checked,
 so a solution that no longer shows what the exercise asks to predict fails. The solutions of the lessons
-that need SSH hosts, Slurm or Ray (04, 06, 10) run on this machine alone: their point (where tasks are
+that need SSH hosts, Slurm or Ray (04, 06, 09b, 10) run on this machine alone: their point (where tasks are
 placed, the job's #SBATCH lines, which options are refused) is decided before anything connects."""
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ def check_03(out: list[str]) -> None:
 
 
 def check_04(out: list[str]) -> None:
+    cluster = "['lab1:12345', 'lab1:12346', 'lab2:12345']"
+    assert out[2].splitlines() == [f"worker {i}: cluster {cluster}, index {i}" for i in range(3)], out[2]
+
+
+def check_09b(out: list[str]) -> None:
     tasks = "chief-0 on lab1, worker-0 on lab1, worker-1 on lab2, worker-2 on lab3"
     assert f"each launcher names its host: {tasks}, ps-0 on lab3" in out[1], out[1]
     assert f"each launcher names its host: {tasks}, ps-0 on lab2" in out[2], out[2]
@@ -125,7 +130,7 @@ def check_13(out: list[str]) -> None:
 
 CHECKS: dict[str, Callable[[list[str]], None]] = {
     "01": check_01, "02": check_02, "03": check_03, "04": check_04, "05": check_05, "06": check_06,
-    "07": check_07, "08": check_08, "09": check_09, "10": check_10, "11": check_11, "12": check_12,
+    "07": check_07, "08": check_08, "09": check_09, "09b": check_09b, "10": check_10, "11": check_11, "12": check_12,
     "13": check_13}
 
 
