@@ -1,7 +1,7 @@
 """Refresh the committed executed lessons: run each lesson's test, copy its executed notebook in.
 
-    python tools/refresh_lessons.py                 # every lesson (as root: 04, 06 and 10 need the
-                                                    # suite's SSH, Slurm and Ray test hosts)
+    python tools/refresh_lessons.py                 # every lesson (as root: 04, 06, 09b and 10 need
+                                                    # the suite's SSH, Slurm and Ray test hosts)
     python tools/refresh_lessons.py --only 08,09    # some lessons
     python tools/refresh_lessons.py --no-run        # no test: the copies already in artifacts/
 
