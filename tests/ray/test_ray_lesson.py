@@ -13,7 +13,7 @@ from testbed import ray_nodes
 from testbed.lessons import execute_lesson, text_of
 from testbed.seed_cell import expected_line
 
-pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.ray, pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_lesson_runs_the_program_on_ray_and_shows_the_placement(ray_env: ray_nodes.RayTestCluster,
