@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "ParameterServerLost": "mwnotebook.engine.roles.task_servers",
     "SecondClusterRefused": "mwnotebook.engine.roles.notebook_coordinator",
     "runs": "mwnotebook.frontend.notebook.runs_view",
+    **{name: "mwnotebook.experiments.profile" for name in ("ProfileRequest", "ProfileSummary", "run_profiled")},
     "StartAborted": "mwnotebook.launchers.slurm.job",
     **{name: "mwnotebook.errors" for name in (
         "CannotRestartError", "ClusterInterrupted", "ClusterRunError", "ClusterStartError", "ClusterStateError",
@@ -36,7 +37,8 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "AsyncCluster", "CannotRestartError", "CapExceeded", "Cluster", "ClusterInterrupted", "ClusterRunError",
     "ClusterSpec", "ClusterStartError", "ClusterStateError", "ClusterTimeoutError", "ConfigError", "MWNotebookError",
-    "ParameterServerLost", "RestartFailedError", "RunResult", "SecondClusterRefused", "StartAborted", "runs",
+    "ParameterServerLost", "ProfileRequest", "ProfileSummary", "RestartFailedError", "RunResult",
+    "SecondClusterRefused", "StartAborted", "run_profiled", "runs",
     "WorkerDiedError", "WorkerError", "WorkerFailure", "WorkerInfo", "load_ipython_extension",
     "unload_ipython_extension",
 ]
@@ -64,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         WorkerError,
         WorkerFailure,
     )
+    from mwnotebook.experiments.profile import ProfileRequest, ProfileSummary, run_profiled
     from mwnotebook.frontend.notebook.runs_view import runs
     from mwnotebook.launchers.slurm.job import StartAborted
 

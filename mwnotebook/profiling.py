@@ -1,5 +1,10 @@
 """The seed's "optimize a single device first" checklist, measured.
 
+The same checks are part of ``%%mwtrain --profile DIR`` (``mwnotebook/experiments/profile.py``): each
+worker's traced steps are split by its step clock into input, compute and collective, and the input
+share is judged by :func:`input_check` with the rule below; the mixed precision and XLA lines of
+:func:`checklist` follow. The functions here remain for a single process or one worker's own loop.
+
 "Profile says <5% input bound? Mixed precision on? XLA on? Batch size as large as memory
 allows?" :func:`measure_input_bound` answers the first question by timing a real training loop:
 for every step it measures the time the loop *waits* in ``next(iterator)`` and the time the step
@@ -22,7 +27,7 @@ from typing import Any, Literal
 log = logging.getLogger(__name__)
 
 __all__ = ["FETCH_FLOOR_MS", "INPUT_BOUND_THRESHOLD", "CheckItem", "InputBoundReport", "ProfileReport", "checklist",
-           "keras_step", "measure_input_bound", "profile", "xla_compiles"]
+           "input_check", "keras_step", "measure_input_bound", "profile", "xla_compiles"]
 
 #: The seed's rule: less than 5% of step time waiting for input.
 INPUT_BOUND_THRESHOLD = 0.05
@@ -165,11 +170,13 @@ class CheckItem:
         return f"{text}\n      -> {self.advice}" if self.advice else text
 
 
-def _input_item(report: InputBoundReport | None) -> CheckItem:
+def input_check(report: InputBoundReport | None) -> CheckItem:
+    """The checklist's first line: the input-bound rule on ``report``, with advice when it fails."""
     name = f"input bound < {INPUT_BOUND_THRESHOLD:.0%}"
     if report is None:
         return CheckItem(name, "unknown", "not measured",
-                         "run mwnotebook.profiling.measure_input_bound(dataset, step_fn)")
+                         "run the training cell with %%mwtrain --profile DIR, or "
+                         "mwnotebook.profiling.measure_input_bound(dataset, step_fn) in one process")
     if not report.input_bound:
         return CheckItem(name, "ok", f"{report.share:.1%} of step time waiting for input")
     wait_ms = 1000 * report.input_wait_s / max(report.steps, 1)
@@ -243,7 +250,7 @@ def checklist(*, report: InputBoundReport | None = None, model: Any = None,
     import tensorflow as tf
 
     gpus = len(tf.config.list_physical_devices("GPU"))
-    return [_input_item(report), _mixed_precision_item(tf, model, gpus), _xla_item(tf, model),
+    return [input_check(report), _mixed_precision_item(tf, model, gpus), _xla_item(tf, model),
             _batch_item(tf, per_replica_batch, gpus)]
 
 

@@ -320,7 +320,7 @@ lesson 05 uses this module.
 MAGICS_INTRO = """
 The tables below are made from the argparse parsers the magics parse their lines with
 (`mwnotebook/frontend/notebook/magics.py`, `mwnotebook/config/options.py`): they list exactly the
-options the code accepts. `%load_ext mwnotebook` registers both magics.
+options the code accepts. `%load_ext mwnotebook` registers every magic.
 """
 
 def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
@@ -405,10 +405,11 @@ def pages() -> dict[str, str]:
         "profiling.md": _page("Profiling: `mwnotebook.profiling`", PROFILING_INTRO,
                               [markdown_of(importlib.import_module("mwnotebook.profiling").__doc__ or ""), "",
                                *api_section("mwnotebook.profiling")]),
-        "magics.md": _page("Magics: `%%mwtrain`, `%mwcluster` and `%mwruns`", MAGICS_INTRO,
+        "magics.md": _page("Magics: `%%mwtrain`, `%mwcluster`, `%mwruns` and `%mwprofile`", MAGICS_INTRO,
                            ["## `%%mwtrain`", "", *options_section(f"{magics}:mwtrain_parser"),
                             "## `%mwcluster`", "", *options_section(f"{magics}:mwcluster_parser"),
-                            "## `%mwruns`", "", *options_section(f"{magics}:mwruns_parser")], MAGICS_OUTRO),
+                            "## `%mwruns`", "", *options_section(f"{magics}:mwruns_parser"),
+                            "## `%mwprofile`", "", *options_section(f"{magics}:mwprofile_parser")], MAGICS_OUTRO),
         "cli.md": _page("Command line: `mwnotebook`", CLI_INTRO,
                         [*options_section(cli), "## `mwnotebook run`", "", *options_section(cli, "run"),
                          "## `mwnotebook export`", "", *options_section(cli, "export")]),
@@ -426,14 +427,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
     args = parser.parse_args(argv)
+    from docs_layout import contributing_is_stale, write_contributing
+
     if args.check:
         stale = stale_pages()
         for name in stale:
             print(f"docs/reference/{name} is stale: run python tools/docs_reference.py", file=sys.stderr)
-        return 1 if stale else 0
+        if contributing_is_stale():
+            print("CONTRIBUTING.md's tier table is stale: run python tools/docs_reference.py", file=sys.stderr)
+        return 1 if stale or contributing_is_stale() else 0
     for name, text in pages().items():
         (REFERENCE / name).write_text(text)
         print(f"docs/reference/{name}: {len(text.splitlines())} lines")
+    write_contributing()
+    print("CONTRIBUTING.md: the tier table")
     return 0
 
 

@@ -183,13 +183,14 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
     """``--profile DIR`` and ``--profile-steps A:B``: TensorFlow's profiler on every worker over the same
     steps (mwnotebook/experiments/profile.py; ``%mwprofile`` sets them for the next cells)."""
     parser.add_argument("--profile", default=None, metavar="DIR",
-                        help="trace every worker with TensorFlow's profiler over the same steps (--profile-steps) "
-                             "into DIR/plugins/profile/RUN/<task>.xplane.pb (tensorboard --logdir DIR, Profile "
-                             "tab: one host per worker) and end the cell with each worker's step split into "
-                             "input, compute and collective")
+                        help="trace every worker with TensorFlow's profiler from the same step (--profile-steps) "
+                             "to the cell's end into DIR/plugins/profile/RUN/<task>.xplane.pb (tensorboard --logdir "
+                             "DIR, Profile tab: one host per worker) and end the cell with each worker's steps "
+                             "split into input, compute and collective")
     parser.add_argument("--profile-steps", default=None, metavar="A:B",
-                        help="with --profile: the steps traced, A to B both included, counted from 1 (fit's "
-                             "batches or mw.report calls; default 6:10, after the warm-up)")
+                        help="the steps traced, A to B both included, counted from 1 (fit's batches or mw.report "
+                             "calls; default 6:10, after the warm-up); without --profile: only their split at the "
+                             "end of the cell, no TensorFlow profiler")
 
 
 def spec_from_options(ns: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ClusterSpec:

@@ -16,9 +16,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from mwnotebook.shared.step_times import INPUT_KEY, OWN_KEY, WAIT_KEY
+
+
+class StepListener(Protocol):
+    """Told of every step the clock sees (``worker/_profile.py``: the profiler's window of steps)."""
+
+    def step_begins(self) -> None: ...
+
+    def step_ended(self, split: dict[str, float]) -> None: ...
+
+    def reported(self, split: dict[str, float]) -> None: ...
 
 
 class StepClock:
@@ -32,8 +42,12 @@ class StepClock:
         self._collective: float | None = None
         self._arrivals = 0
         self._last_report: float | None = None
+        self.listener: StepListener | None = None
 
     def begin_step(self) -> None:
+        listener = self.listener
+        if listener is not None:  # before the step's clock starts: starting a profiler is not the step's time
+            listener.step_begins()
         with self._lock:
             self._begin, self._input, self._collective, self._arrivals = self._clock(), None, None, 0
 
@@ -60,13 +74,15 @@ class StepClock:
             begin, arrived, ready = self._begin, self._collective, self._input
             once = self._arrivals == 1
             self._begin = None
-        if begin is None or arrived is None or not once or arrived < begin:
-            return {}
-        split = {OWN_KEY: arrived - begin, WAIT_KEY: max(0.0, end - arrived)}
-        if ready is not None and begin <= ready <= arrived:
-            split[INPUT_KEY] = ready - begin
+        split: dict[str, float] = {}
+        if begin is not None and arrived is not None and once and arrived >= begin:
+            split = {OWN_KEY: arrived - begin, WAIT_KEY: max(0.0, end - arrived)}
+            if ready is not None and begin <= ready <= arrived:
+                split[INPUT_KEY] = ready - begin
+        listener = self.listener
+        if listener is not None:
+            listener.step_ended(split)
         return split
-
 
     def between_reports(self) -> dict[str, float]:
         """A custom loop's split, called at each ``mw.report``: from the previous report to the
@@ -76,9 +92,13 @@ class StepClock:
         with self._lock:
             last, arrived, once = self._last_report, self._collective, self._arrivals == 1
             self._last_report, self._arrivals = now, 0
-        if last is None or arrived is None or not once or not last <= arrived <= now:
-            return {}
-        return {OWN_KEY: arrived - last, WAIT_KEY: now - arrived}
+        split: dict[str, float] = {}
+        if last is not None and arrived is not None and once and last <= arrived <= now:
+            split = {OWN_KEY: arrived - last, WAIT_KEY: now - arrived}
+        listener = self.listener
+        if listener is not None:
+            listener.reported(split)
+        return split
 
 
 _CLOCK: StepClock | None = None

@@ -70,7 +70,7 @@ def test_the_message_check_sees_a_message_that_is_not_there() -> None:
 
 def _accepted_options() -> set[str]:
     from mwnotebook.frontend.cli.command import build_parser
-    from mwnotebook.frontend.notebook.magics import mwcluster_parser, mwruns_parser, mwtrain_parser
+    from mwnotebook.frontend.notebook.magics import mwcluster_parser, mwprofile_parser, mwruns_parser, mwtrain_parser
 
     options: set[str] = set()
 
@@ -81,7 +81,7 @@ def _accepted_options() -> set[str]:
                 for sub in action.choices.values():
                     add(sub)
 
-    for parser in (mwtrain_parser(), mwcluster_parser(), mwruns_parser(), build_parser()):
+    for parser in (mwtrain_parser(), mwcluster_parser(), mwruns_parser(), mwprofile_parser(), build_parser()):
         add(parser)
     return options
 

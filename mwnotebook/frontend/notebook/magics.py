@@ -25,6 +25,7 @@ from mwnotebook.config.options import (
     add_cluster_arguments,
     add_coordinator_arguments,
     add_experiment_arguments,
+    add_profile_arguments,
     add_restart_argument,
     seconds,
     spec_from_options,
@@ -39,6 +40,7 @@ from mwnotebook.errors import ClusterInterrupted, ConfigError, MWNotebookError
 from mwnotebook.experiments.collect import RunCollector
 from mwnotebook.experiments.history import Outcome, RunHistory, RunRecord, cell_hash
 from mwnotebook.experiments.outlets import Outlets
+from mwnotebook.experiments.profile import ProfileRequest, ProfileSummary, run_profiled
 from mwnotebook.experiments.store import RunStore, kernel_id
 from mwnotebook.export.job import add_format_argument, export_job
 from mwnotebook.frontend.notebook import late_view
@@ -89,6 +91,7 @@ def mwtrain_parser() -> argparse.ArgumentParser:
                         help="also write the cell as a script plus one launcher per worker into DIR")
     add_format_argument(parser, "with --export: ")
     add_experiment_arguments(parser)
+    add_profile_arguments(parser)
     return parser
 
 
@@ -128,6 +131,19 @@ def mwcluster_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def mwprofile_parser() -> argparse.ArgumentParser:
+    """``%mwprofile``: profile the next ``%%mwtrain`` cells (experiments/profile.py), stop, or show."""
+    parser = _Parser(prog="%mwprofile", add_help=False, description=(
+        "%mwprofile DIR [--steps A:B]: every following %%mwtrain cell runs as with --profile DIR (TensorFlow's "
+        "profiler on every worker from step A on, the summary of steps A to B; default 6:10). %mwprofile off: "
+        "stop. %mwprofile alone: "
+        "the setting and the last profiled cell's summary."))
+    parser.add_argument("directory", nargs="?", default=None, metavar="DIR|off",
+                        help="where the traces go (DIR/plugins/profile/RUN/<task>.xplane.pb), or off")
+    parser.add_argument("--steps", default=None, metavar="A:B", help="the steps traced, A to B both included")
+    return parser
+
+
 def mwruns_parser() -> argparse.ArgumentParser:
     """``%mwruns``'s options (frontend/notebook/runs_view.py), reported as UsageErrors."""
     return runs_view.mwruns_parser(_Parser)
@@ -146,6 +162,9 @@ class NotebookSession:
         self._announced_addresses: list[str] = []
         self._caps: ClassCaps | None = None
         self.keras = KerasChoice()
+        #: ``%mwprofile DIR``: profile every following cell (None: only cells with --profile)
+        self.profile: ProfileRequest | None = None
+        self.last_profile: ProfileSummary | None = None
 
     def caps(self) -> ClassCaps:
         """The teacher's caps (config/class_caps.py), read from this kernel's environment once; a bad
@@ -248,6 +267,7 @@ class MWMagics(Magics):
         if not cell.strip():
             raise UsageError("%%mwtrain: the cell is empty. Put the training code below the %%mwtrain line.")
         outlets = _outlets(ns)
+        profile = _profile_request(ns, self.session.profile)  # its folder checked before anything starts
         if ns.export:
             print(export_job(cell, ns.export, spec, ns.format).summary())
         keras_note = self.session.keras.on_cell(spec.use_legacy_keras)
@@ -269,7 +289,12 @@ class MWMagics(Magics):
             if not cluster.started:
                 cluster.start()
             self.session.announce(cluster)
-            result = cluster.run(cell, on_event=on_event, timeout=ns.timeout, max_restarts=spec.max_restarts)
+            summary: ProfileSummary | None = None
+            if profile is not None:  # the same run with TensorFlow's profiler armed: experiments/profile.py
+                result, summary = run_profiled(cluster, cell, profile, on_event=on_event, timeout=ns.timeout,
+                                               max_restarts=spec.max_restarts, names=names)
+            else:
+                result = cluster.run(cell, on_event=on_event, timeout=ns.timeout, max_restarts=spec.max_restarts)
             outcome = "ok"
         except MWNotebookError as exc:
             error = one_line(exc)
@@ -289,6 +314,9 @@ class MWMagics(Magics):
             slow = slow_worker_line(measured.records, names)  # shared/step_times.py
             if slow:
                 print(slow)
+            if summary is not None:
+                self.session.last_profile = summary
+                print(summary.text())
         finally:
             run = record_run(self.session.runs, cluster, line=line, cell=cell, started=started, workers=kernels,
                              outcome=outcome, error=error, measured=measured, chart=chart,
@@ -299,6 +327,27 @@ class MWMagics(Magics):
         # mw_result.metrics_frame(), mw_result.stdout(i).
         if self.shell is not None:
             self.shell.user_ns["mw_result"] = result
+
+    @line_magic
+    def mwprofile(self, line: str) -> None:
+        """Profile the following %%mwtrain cells, stop, or show the setting (see mwprofile_parser)."""
+        ns = _parse(mwprofile_parser(), line)
+        if ns.directory is None:
+            if ns.steps is not None:
+                raise UsageError("%mwprofile --steps needs a folder: %mwprofile DIR --steps A:B")
+            setting = self.session.profile
+            print(f"mwnotebook: profiling {setting.steps_text} of every %%mwtrain cell into {setting.directory}"
+                  if setting is not None else "mwnotebook: profiling is off (%mwprofile DIR turns it on)")
+            if self.session.last_profile is not None:
+                print(self.session.last_profile.text())
+            return
+        if ns.directory == "off":
+            self.session.profile = None
+            print("mwnotebook: profiling off")
+            return
+        self.session.profile = _checked_profile(ns.directory, ns.steps, "%mwprofile")
+        print(f"mwnotebook: the following %%mwtrain cells trace {self.session.profile.steps_text} of every worker "
+              f"into {ns.directory} (%mwprofile off to stop)")
 
     @line_magic
     def mwruns(self, line: str) -> None:
@@ -428,6 +477,28 @@ def _run_count(text: str) -> int:
     return count
 
 
+def _checked_profile(directory: str, steps: str | None, prog: str) -> ProfileRequest:
+    try:
+        request = ProfileRequest.of(directory, steps)
+        request.check()
+    except ConfigError as exc:
+        raise UsageError(f"{prog}: {exc}") from None
+    return request
+
+
+def _profile_request(ns: argparse.Namespace, session_default: ProfileRequest | None) -> ProfileRequest | None:
+    """The cell's ``--profile`` (checked now; ``--profile-steps`` alone: the split without a trace), else
+    ``%mwprofile``'s setting, else None."""
+    if ns.profile is None:
+        if ns.profile_steps is not None:  # the window's split only, no TensorFlow profiler
+            return _checked_profile("", ns.profile_steps, "%%mwtrain")
+        if session_default is not None:  # the folder may have gone since %mwprofile
+            return _checked_profile(session_default.directory, f"{session_default.first}:{session_default.last}",
+                                    "%%mwtrain (%mwprofile)")
+        return session_default
+    return _checked_profile(ns.profile, ns.profile_steps, "%%mwtrain")
+
+
 def _outlets(ns: argparse.Namespace) -> Outlets:
     """Where the run goes besides the history; what cannot work here is refused before anything starts."""
     outlets = Outlets(tensorboard=ns.tensorboard, mlflow=ns.mlflow)
@@ -467,6 +538,7 @@ def register(ipython: Any) -> None:
     MWMagics.mwtrain.__doc__ = mwtrain_parser().format_help()
     MWMagics.mwcluster.__doc__ = mwcluster_parser().format_help()
     MWMagics.mwruns.__doc__ = mwruns_parser().format_help()
+    MWMagics.mwprofile.__doc__ = mwprofile_parser().format_help()
     ipython.register_magics(_magics)
     runs_view.publish(ipython, _magics.session.runs)  # a restarted kernel's earlier runs: mw_runs again
     runs_view.preload_in_background()  # pandas, for mw_runs at the first run's end
