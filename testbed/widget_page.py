@@ -63,6 +63,11 @@ def prompts(page) -> list[str]:
     return page.eval_on_selector_all(".jp-Notebook .jp-Cell .jp-InputPrompt", "els => els.map(e => e.textContent)")
 
 
+def any_cell_running(page) -> bool:
+    """Some cell of the page still runs (its prompt shows ``[*]``)."""
+    return any("*" in p for p in prompts(page))
+
+
 def run_cell(page, index: int, deadline_s: float = 90.0, retry_s: float = 8.0) -> None:
     """Run cell ``index``; wait until the kernel took it (its prompt shows ``*`` or a number). A run
     before the kernel is connected is dropped silently, so retry (idempotent cells only: a long

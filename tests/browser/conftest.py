@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab, artifacts_path, serve, start_lab, stop_lab
-
-__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "Lab", "copy_to_lab", "start_lab", "stop_lab"]
+from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab, artifacts_path, serve
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +38,3 @@ def page(lab: Lab):
 @pytest.fixture
 def artifacts_dir() -> Path:
     return artifacts_path()
-
-
-def copy_to_lab(lab: Lab, src: Path, name: str | None = None) -> str:
-    target = lab.root / (name or src.name)
-    shutil.copy(src, target)
-    return target.name

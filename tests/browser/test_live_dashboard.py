@@ -15,9 +15,8 @@ import time
 import nbformat
 import pytest
 
-from testbed.widget_page import prompts, run_cell
-
-from .conftest import Lab
+from testbed.jupyter_lab import Lab
+from testbed.widget_page import any_cell_running, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 
@@ -105,10 +104,6 @@ def _screenshot(page, path) -> None:
         page.screenshot(path=str(path))
 
 
-def _cell_running(page) -> bool:
-    return any("*" in p for p in prompts(page))
-
-
 def test_live_chart_grows_while_the_cell_runs(lab: Lab, page, artifacts_dir):
     name = _write_notebook(lab, "live_dashboard.ipynb")
     page.goto(lab.notebook_url(name))
@@ -122,7 +117,7 @@ def test_live_chart_grows_while_the_cell_runs(lab: Lab, page, artifacts_dir):
     shot_taken = False
     while time.monotonic() - start < 240:
         charts = page.evaluate(READ_CHARTS)
-        running = _cell_running(page)
+        running = any_cell_running(page)
         counts = _worker_counts(charts)
         samples.append((time.monotonic() - start, running, counts))
         if running and counts and min(counts) >= STEPS // 3 and not shot_taken:
@@ -137,7 +132,7 @@ def test_live_chart_grows_while_the_cell_runs(lab: Lab, page, artifacts_dir):
     _screenshot(page, artifacts_dir / "browser_live_dashboard_done.png")
     outputs = page.eval_on_selector_all(".jp-OutputArea-output", "els => els.map(e => e.innerText)")
     (artifacts_dir / "browser_live_dashboard_samples.json").write_text(json.dumps(samples))
-    assert not _cell_running(page), f"the cell did not finish; outputs: {outputs}"
+    assert not any_cell_running(page), f"the cell did not finish; outputs: {outputs}"
     assert any(f"trained {STEPS} steps" in o for o in outputs), outputs
 
     live = [(t, c) for t, running, c in samples if running and c is not None]

@@ -13,10 +13,8 @@ import time
 import nbformat
 import pytest
 
-from testbed.widget_page import prompts, run_cell, save
-
-from .conftest import Lab
-from .test_live_dashboard import _cell_running
+from testbed.jupyter_lab import Lab
+from testbed.widget_page import any_cell_running, prompts, run_cell, save
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 
@@ -107,7 +105,7 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
     while time.monotonic() - start < 240:
         lines = page.evaluate(READ_LIVE)
         chart = page.evaluate(READ_CHART)
-        running = _cell_running(page)
+        running = any_cell_running(page)
         p0, p1 = _progress(lines, 0), _progress(lines, 1)
         trace.append((round(time.monotonic() - start, 1), running, lines, chart))
         if running and p0 is not None and p1 is not None:
@@ -123,7 +121,7 @@ def test_each_workers_progress_line_is_live_labelled_and_advances(lab: Lab, page
         time.sleep(0.2)
     outputs = page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea").inner_html()[-3000:]
     (artifacts_dir / "browser_live_progress_samples.json").write_text(json.dumps(trace, default=str))
-    assert not _cell_running(page), f"the fit cell did not finish: {outputs}"
+    assert not any_cell_running(page), f"the fit cell did not finish: {outputs}"
     # no chart before the first metric: during the 3 s the workers sleep after their first line
     # (no metric can come then), that line is on the page and no chart or status table is
     shown_at = next(t for t, _, _, c in trace if c["before"])

@@ -21,8 +21,7 @@ import nbformat
 import pytest
 
 from testbed import widget_page as wp
-
-from .conftest import Lab
+from testbed.jupyter_lab import Lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.tf, pytest.mark.slow]
 

@@ -20,10 +20,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from testbed.jupyter_lab import CHROMIUM, CHROMIUM_ARGS, Lab
 from testbed.modules import require
 from testbed.widget_page import prompts, run_cell, save
-
-from .conftest import CHROMIUM, CHROMIUM_ARGS, Lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

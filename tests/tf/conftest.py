@@ -14,7 +14,6 @@ require("tensorflow", "pip install -e '.[tensorflow-cpu]'")
 from mwnotebook import Cluster  # noqa: E402 (after the optional-import check)
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
-SEED_LINE = "worker={i} replicas=2 initial_loss=0.7459 final_loss=0.4168 final_accuracy=0.8281"
 
 
 @pytest.fixture(scope="session")

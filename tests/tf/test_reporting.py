@@ -26,8 +26,7 @@ from nbclient import NotebookClient
 
 from mwnotebook.dashboard import Dashboard
 from mwnotebook.shared.events import WorkerMetrics
-
-from .conftest import SEED_LINE
+from testbed.seed_cell import expected_line
 
 pytestmark = pytest.mark.tf
 
@@ -82,7 +81,7 @@ def test_custom_loop_curves_match_ground_truth(tf_cluster, seed_code, inside_fun
     dash.finish()
 
     for i in range(2):  # reporting changes nothing in training: the seed's exact result
-        assert SEED_LINE.format(i=i) in result.stdout(i)
+        assert expected_line(i) in result.stdout(i)
     truth = {i: _json_lines(result.stdout(i), "TRUTH ") for i in range(2)}
     assert [t["step"] for t in truth[0]] == list(range(12))
 
