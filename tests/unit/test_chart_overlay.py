@@ -114,6 +114,13 @@ def test_a_snapshot_that_cannot_be_drawn_is_left_out(snap):
     assert runs[0].line("loss", "step").x == (1.0, 2.0) and math.isnan(runs[0].line("loss", "step").y[1])
 
 
+def test_a_snapshot_saved_before_plots_were_called_plots_is_still_drawn():
+    """Run histories written before the rename keep their chart under the key "panels"."""
+    old = {"version": SNAPSHOT_VERSION, "panels": [{"metric": "loss", "axis": "step", "x": [1, 2], "y": [0.5, 0.4]}]}
+    [run] = earlier_runs([(4, old)])
+    assert run.line("loss", "step").x == (1.0, 2.0)
+
+
 def test_the_widget_gets_each_earlier_run_once_as_a_header_and_one_float32_buffer():
     runs = earlier_runs([(3, _snapshot(scale=2.0)), (1, _snapshot())])
     header, data = overlay_state(runs)
