@@ -164,12 +164,12 @@ LESSONS = (
                   "three learning rates in one cell's history: LR={lr} ends lowest (loss {loss}); TensorBoard's "
                   "reader gives back the same final values")),
     Lesson("14_finding_the_bottleneck", "tests/tf/test_lesson_14.py",
-           "finding the bottleneck: the slow-worker verdict and `--profile DIR` (every worker traced over the same "
-           "steps), fixed with the input recipe", ("05", "13"), (LOCAL,), 15,
-           Result(r"^\[worker 1\] (?P<before>[0-9.]+) ms per step[\s\S]*?input (?P<share>\d+)% of the step: INPUT "
-                  r"BOUND[\s\S]*?^\[worker 1\] (?P<after>[0-9.]+) ms per step",
+           "finding the bottleneck: the slow-worker verdict and `--profile DIR` (every worker traced from the same "
+           "step), fixed with the input recipe", ("05", "13"), (LOCAL,), 15,
+           Result(r"^mwnotebook: worker 1, steps 20-24: (?P<before>[0-9.]+) ms per step.*input (?P<share>\d+)% of "
+                  r"the step: INPUT BOUND[\s\S]*?^mwnotebook: worker 1, steps 20-24: (?P<after>[0-9.]+) ms per step",
                   "worker 1 named input-bound ({share}% of its step waiting for input); with the input recipe no "
-                  "slow worker and {before} → {after} ms per step")),
+                  "slow worker, steps 20-24 at {after} ms instead of {before} ms")),
 )
 
 BY_NAME = {lesson.name: lesson for lesson in LESSONS}

@@ -128,10 +128,15 @@ def check_13(out: list[str]) -> None:
     assert 0.8 < ratio < 1.2, out[4]  # twice the examples per step: about the same loss, not half
 
 
+def check_14(out: list[str]) -> None:
+    # prefetch alone: reading a batch (~64 ms) is far longer than a step, so worker 1 is still the slow one
+    assert "mwnotebook: worker 1 is the slow worker, input-bound" in out[1], out[1][-2000:]
+
+
 CHECKS: dict[str, Callable[[list[str]], None]] = {
     "01": check_01, "02": check_02, "03": check_03, "04": check_04, "05": check_05, "06": check_06,
     "07": check_07, "08": check_08, "09": check_09, "09b": check_09b, "10": check_10, "11": check_11, "12": check_12,
-    "13": check_13}
+    "13": check_13, "14": check_14}
 
 
 @pytest.mark.parametrize("number", sorted(CHECKS))
