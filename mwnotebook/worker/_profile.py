@@ -8,8 +8,8 @@ number, not by time.
 
 The profiler is stopped when the cell has ended (:func:`finish`), not right after step ``last``:
 TensorFlow 2.21's profiler crashes a worker now and then as it stops (``free(): invalid pointer``,
-SIGABRT/SIGSEGV in ``tf.profiler.experimental.stop``; 11 of 88 stops right after the window on an
-input-bound worker, 3 of 19 after the cell, measured here: docs/guide/profiling.md). Stopped after the
+SIGABRT/SIGSEGV in ``tf.profiler.experimental.stop``, in plain TensorFlow processes too: 11 of 88 stops
+right after the window on an input-bound worker, 3 of 19 after the cell: docs/guide/profiling.md). Stopped after the
 cell, a crash costs the profile's summary (experiments/profile.py says so in the cell's last line) but
 not the training. So the trace runs from step ``first`` to the cell's end; the summary covers
 ``first`` to ``last``.
