@@ -22,7 +22,8 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from mwnotebook.config.tf_config import tf_config_json
 from mwnotebook.errors import ClusterStartError
 from mwnotebook.launchers.base import KernelHandle, Launcher
-from mwnotebook.launchers.ssh.launcher import SSHKernelHandle, SSHLauncher
+from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
+from mwnotebook.launchers.ssh.launcher import SSHLauncher
 from testbed import netns_hosts
 from testbed.processes import running
 
@@ -80,7 +81,7 @@ def test_two_hosts_run_code_over_forwarded_channels(ssh_home: netns_hosts.TestNe
     async def scenario() -> None:
         launcher = make_launcher([h.alias for h in hosts])
         assert isinstance(launcher, Launcher)
-        handles: list[SSHKernelHandle] = []
+        handles: list[RemoteKernelHandle] = []
         try:
             addresses = await launcher.tf_addresses(2)
             assert [a.rsplit(":", 1)[0] for a in addresses] == [h.address for h in hosts]

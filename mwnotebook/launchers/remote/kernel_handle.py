@@ -1,20 +1,21 @@
-"""One kernel on a remote host as the SSH and Slurm launchers see it: reached through port forwards
-(or at its node's address), watched and controlled through its agent's channel. Each backend says
-in its own words why a kernel is gone when the channel closed (``launchers/ssh/kernel_handle.py``,
-``launchers/slurm/launcher.py``)."""
+"""One kernel on a remote host as the SSH, Slurm and Ray launchers see it: reached through port
+forwards (or at its node's address), watched and controlled through its agent's channel. One type for
+every backend: each tells it, as constructor arguments, where the kernel runs (``target``) and how to
+say why it is gone when the channel closed without an exit event (``describe_loss``: the SSH
+connection's loss, the Slurm job step's end, the Ray node's or the ``--ray-ssh`` connection's)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from mwnotebook.launchers.remote.agent_channel import AgentRun
 from mwnotebook.launchers.remote.agent_events import AgentEvent
 
-__all__ = ["Listener", "Place", "RemoteKernelHandle"]
+__all__ = ["Listener", "RemoteKernelHandle"]
 
 log = logging.getLogger(__name__)
 
@@ -28,26 +29,24 @@ class Listener(Protocol):
     def close(self) -> None: ...
 
 
-class Place(Protocol):
-    """Where a remote kernel runs (a ``HostSpec``, a Slurm node): ``target`` names the worker's host."""
-
-    @property
-    def target(self) -> str: ...
-
-
 class RemoteKernelHandle:
     """A kernel on a remote host (see :class:`mwnotebook.launchers.base.KernelHandle`).
 
     Its pid is a process id on its own host (an SSH host, a Slurm node, a Ray node), never one of
     this machine, even when that host is this machine by another name: the kernel is ended through
-    its agent (its channel closing ends it), not by a signal from here."""
+    its agent (its channel closing ends it), not by a signal from here.
+
+    ``target`` names the worker's host (an SSH host, a Slurm node, a Ray node's address);
+    ``describe_loss()`` says why the kernel is gone when its agent's channel closed without an exit
+    event (default: the channel to its agent was lost); ``remote_dir`` is its private directory there."""
 
     on_this_machine = False
 
-    def __init__(self, index: int, place: Place, agent: AgentRun, pid: int,
-                 listeners: Iterable[Listener], connection_info: dict[str, Any]) -> None:
+    def __init__(self, index: int, target: str, agent: AgentRun, pid: int, listeners: Iterable[Listener],
+                 connection_info: dict[str, Any], *, remote_dir: str = "",
+                 describe_loss: Callable[[], str] | None = None) -> None:
         self.index = index
-        self.host = place.target
+        self.host = target
         self._agent = agent
         self._pid = pid
         self._listeners = list(listeners)
@@ -55,7 +54,8 @@ class RemoteKernelHandle:
         self._exit = ""
         self._log_tail = ""
         #: The kernel's private directory on its host (connection file, log); gone after kill().
-        self.remote_dir = ""
+        self.remote_dir = remote_dir
+        self._describe_loss = describe_loss
         self._ended = asyncio.Event()
         #: The ``stacks`` request waiting for its answer (one at a time: ``_asking``).
         self._stacks: asyncio.Future[AgentEvent] | None = None
@@ -91,12 +91,9 @@ class RemoteKernelHandle:
                       exc_info=True)
         finally:
             if not self._exit:
-                self._exit = self._lost_description()
+                loss = self._describe_loss
+                self._exit = loss() if loss is not None else f"lost the channel to its agent on {self.host}"
             self._ended.set()
-
-    def _lost_description(self) -> str:
-        """Why the kernel is gone when its agent's channel closed without an exit event."""
-        return f"lost the channel to its agent on {self.host}"
 
     @property
     def ended(self) -> bool:

@@ -46,17 +46,17 @@ from mwnotebook.config import slurm_options as cmd
 from mwnotebook.config.roles import RoleLayout, Task
 from mwnotebook.config.slurm_nodes import replace_lost
 from mwnotebook.config.task_placement import TaskPlacement, place_tasks, placed_by_option
-from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
+from mwnotebook.launchers.remote.book import RemoteBook
+from mwnotebook.launchers.remote.kernel_handle import RemoteKernelHandle
 from mwnotebook.launchers.remote.kernel_start import first_event, start_kernel
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates
 from mwnotebook.launchers.slurm.agent import SrunAgent
 from mwnotebook.launchers.slurm.job import SlurmAllocation, StartAborted
-from mwnotebook.launchers.slurm.kernel_handle import NodePlace, SlurmKernelHandle
 from mwnotebook.launchers.slurm.shell import LocalSlurm, LoginSlurm, SlurmShell
 
 if TYPE_CHECKING:
@@ -105,8 +105,8 @@ class SlurmLauncher:
         self.placement: list[str] = []
         #: Every task's node (config/task_placement.py), once the job's nodes are known.
         self.tasks: TaskPlacement | None = None
-        self._holders: list[SrunAgent] = []
-        self._handles: list[SlurmKernelHandle] = []
+        #: The port holders and kernels (launchers/remote/book.py).
+        self._book = RemoteBook()
         self._allocating = asyncio.Lock()
         #: Where the Slurm commands run; with a login node, kernel ports are forwarded through it.
         self.shell: SlurmShell = LoginSlurm(login, ssh_config) if login else LocalSlurm()
@@ -236,14 +236,11 @@ class SlurmLauncher:
 
         async def reserve(node: str, indices: list[int]) -> None:
             agent = await SrunAgent.start(self.shell, allocation.job_id, node, self.python)
-            self._holders.append(agent)
-            agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
             if self._startup_env is not None:
                 self._template(node, self._startup_env)  # imports TensorFlow while the rest starts
-            event = await self._first_event(agent, node, self.startup_timeout)
-            address = allocation.addresses.get(node, node)
-            for index, port in zip(indices, event["ports"]):
-                addresses[index] = format_address(address, int(port))
+            await self._book.reserve_ports(agent, indices, self.require,
+                                           lambda: self._first_event(agent, node, self.startup_timeout),
+                                           lambda _: allocation.addresses.get(node, node), addresses)
 
         await gather_port_holders((reserve(n, ix) for n, ix in by_node.items()), self._release_ports)
         used = set(self.tasks.distinct_hosts())
@@ -321,10 +318,16 @@ class SlurmLauncher:
         return reason
 
     async def _release_ports(self) -> None:
-        holders, self._holders = self._holders, []
-        await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
+        await self._book.release_ports()
 
-    async def start(self, index: int, env: Mapping[str, str]) -> SlurmKernelHandle:
+    def _describe_loss(self, node: str) -> str:
+        """Why a kernel on ``node`` is gone when its agent's channel closed without an exit event."""
+        lost = self.shell.lost()
+        if lost:
+            return f"lost the SSH connection to the login node: {lost}"
+        return f"its Slurm job step on {node} ended (job cancelled or node lost?)"
+
+    async def start(self, index: int, env: Mapping[str, str]) -> RemoteKernelHandle:
         """Start the kernel of launch slot ``index`` as a job step on its task's node."""
         allocation = await self._allocate()
         node = self.node_of(index)
@@ -341,10 +344,9 @@ class SlurmLauncher:
         except ClusterStartError as exc:
             exc.worker = index
             raise
-        handle = SlurmKernelHandle(index, NodePlace(node), agent, started.pid, started.listeners, started.info)
-        handle.shell = self.shell
-        handle.remote_dir = started.remote_dir
-        self._handles = [h for h in self._handles if not h.ended] + [handle]
+        handle = self._book.keep(RemoteKernelHandle(index, node, agent, started.pid, started.listeners, started.info,
+                                                    remote_dir=started.remote_dir,
+                                                    describe_loss=lambda: self._describe_loss(node)))
         log.info("slot %d (%s): kernel pid %s on %s (job %s)", index, self.tasks.task_at(index).name if self.tasks
                  else index, handle.pid, node, allocation.job_id)
         return handle
@@ -383,8 +385,7 @@ class SlurmLauncher:
 
     async def close(self) -> None:
         """Kill every kernel, release the ports, and cancel the allocation if we made it."""
-        handles, self._handles = self._handles, []
-        await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
+        await self._book.kill_kernels()
         await self._release_ports()
         await self._templates.close()
         allocation, self.allocation = self.allocation, None

@@ -132,8 +132,8 @@ class HostLink:
     def _error(self, what: str) -> ClusterStartError:
         return ClusterStartError(f"{self.name}: {what}", host=self.target)
 
-    def _lost_error(self) -> ClusterStartError:
-        return self._error(f"the SSH connection was lost ({self._lost or 'closed'}), and the workers with it; "
+    def _lost_error(self, reason: str) -> ClusterStartError:
+        return self._error(f"the SSH connection was lost ({reason}), and the workers with it; "
                            "stop the cluster (%mwcluster stop) and start it again")
 
     def _drop_closed(self) -> None:
@@ -151,7 +151,7 @@ class HostLink:
                 raise self._error("the cluster is stopping")
             self._drop_closed()
             if self.loss_is_final and self._lost:
-                raise self._lost_error()
+                raise self._lost_error(self._lost)
             live = [s.conn for s in self._sessions]
             conn, forget = fall_over(live, self._full, self.max_connections)
             if forget:
@@ -223,11 +223,11 @@ class HostLink:
         return ""
 
     def check(self) -> None:
-        """A :class:`ClusterStartError` when a connection of a link whose loss is final was lost."""
-        if self.loss_is_final and not self._closing:
-            if any(s.conn.is_closed() for s in self._sessions) or self._lost:
-                self._drop_closed()
-                raise self._lost_error()
+        """A :class:`ClusterStartError` when a connection of a link whose loss is final was lost (it
+        only reads: callable from another thread than the link's loop, as ``--ray-ssh``'s launcher does)."""
+        reason = self.lost() if self.loss_is_final else ""
+        if reason:
+            raise self._lost_error(reason)
 
     def lost(self, conn: asyncssh.SSHClientConnection | None = None) -> str:
         """Why ``conn`` (default: any connection of the link) ended; '' while open, or when closed here."""

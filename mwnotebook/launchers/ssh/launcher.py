@@ -42,23 +42,22 @@ import asyncssh
 
 from mwnotebook.config.hosts import HostsArg, HostSpec, parse_host, parse_tf_address, worker_hosts
 from mwnotebook.config.task_placement import TaskPlacement, launch_slots
-from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
 from mwnotebook.launchers.remote.agent_channel import DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
-from mwnotebook.launchers.remote.kernel_handle import Listener
+from mwnotebook.launchers.remote.book import RemoteBook
+from mwnotebook.launchers.remote.kernel_handle import Listener, RemoteKernelHandle
 from mwnotebook.launchers.remote.kernel_start import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, first_event, start_kernel
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates
 from mwnotebook.launchers.ssh.agent import SSHAgent
 from mwnotebook.launchers.ssh.host_link import HostLink, LinkSettings
-from mwnotebook.launchers.ssh.kernel_handle import SSHKernelHandle
 
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
 
-__all__ = ["DEFAULT_REQUIRE", "KEEPALIVE_COUNT_MAX", "KEEPALIVE_INTERVAL", "SSHKernelHandle", "SSHLauncher"]
+__all__ = ["DEFAULT_REQUIRE", "KEEPALIVE_COUNT_MAX", "KEEPALIVE_INTERVAL", "SSHLauncher"]
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +116,9 @@ class SSHLauncher:
                                           ssh_config, dict(ssh_options or {}))
         #: Per host: its SSH link (connections, MaxSessions fall-over, reconnect window).
         self.links: dict[HostKey, HostLink] = {}
-        self._holders: list[SSHAgent] = []
+        #: The port holders and kernels (launchers/remote/book.py); the spare agents started ahead.
+        self._book = RemoteBook()
         self._spares: dict[int, tuple[asyncssh.SSHClientConnection, SSHAgent]] = {}
-        self._handles: list[SSHKernelHandle] = []
         #: Fork workers from a template per host (``remote_templates.py``); ``startup_env`` (the
         #: environment all workers share) lets tf_addresses start them before the workers' turn.
         self.use_template = template and not templates_disabled()
@@ -201,20 +200,21 @@ class SSHLauncher:
 
         async def reserve(spec: HostSpec, indices: list[int]) -> None:
             _, agent = await self._run_agent(spec)
-            self._holders.append(agent)
-            agent.configure({"role": "ports", "count": len(indices), "require": list(self.require)})
-            # While the host answers, start the kernels' agents: their interpreters load in
-            # parallel, and start() only has to hand each its configuration.
-            spares = asyncio.ensure_future(self._start_spares(spec, self._slots_on(spec.key)))
-            if self._startup_env is not None:
-                self._template(spec, self._startup_env)  # imports TensorFlow while the rest starts
-            try:
-                event = await self._first_event(agent, spec, self.connect_timeout + 10)
-            finally:
-                await spares
-            host_address = self.tf_override.get(spec.target) or str(event["address"])
-            for index, port in zip(indices, event["ports"]):
-                addresses[index] = format_address(host_address, int(port))
+
+            async def answer() -> AgentEvent:
+                # While the host answers, start the kernels' agents: their interpreters load in
+                # parallel, and start() only has to hand each its configuration.
+                spares = asyncio.ensure_future(self._start_spares(spec, self._slots_on(spec.key)))
+                if self._startup_env is not None:
+                    self._template(spec, self._startup_env)  # imports TensorFlow while the rest starts
+                try:
+                    return await self._first_event(agent, spec, self.connect_timeout + 10)
+                finally:
+                    await spares
+
+            await self._book.reserve_ports(agent, indices, self.require, answer,
+                                           lambda event: self.tf_override.get(spec.target) or str(event["address"]),
+                                           addresses)
 
         await gather_port_holders((reserve(spec, ix) for spec, ix in by_host.values()), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
@@ -229,10 +229,8 @@ class SSHLauncher:
                 return
 
     async def _release_ports(self) -> None:
-        holders, self._holders = self._holders, []
         spares, self._spares = list(self._spares.values()), {}
-        await asyncio.gather(*(h.close() for h in holders), *(a.close() for _, a in spares),
-                             return_exceptions=True)
+        await self._book.release_ports(also=[agent for _, agent in spares])
 
     async def _first_event(self, agent: SSHAgent, spec: HostSpec, timeout: float) -> AgentEvent:
         """The agent's first event, raising ClusterStartError (naming the host) for failures."""
@@ -240,7 +238,7 @@ class SSHLauncher:
 
     # -- kernels -------------------------------------------------------------------------------
 
-    async def start(self, index: int, env: Mapping[str, str]) -> SSHKernelHandle:
+    async def start(self, index: int, env: Mapping[str, str]) -> RemoteKernelHandle:
         """Start launch slot ``index``'s kernel on its host (a restart: the same slot and ``env``)."""
         spec = self.slot_host(index)
         try:
@@ -249,7 +247,7 @@ class SSHLauncher:
             exc.worker = index
             raise
 
-    async def _start(self, index: int, spec: HostSpec, env: Mapping[str, str]) -> SSHKernelHandle:
+    async def _start(self, index: int, spec: HostSpec, env: Mapping[str, str]) -> RemoteKernelHandle:
         key = str(uuid.uuid4())
         spare = self._spares.pop(index, None)
         if spare is not None and spare[1].usable and not spare[0].is_closed():
@@ -272,10 +270,14 @@ class SSHLauncher:
         except (asyncssh.Error, OSError) as exc:
             raise ClusterStartError(f"{spec.target}: the SSH connection failed while the kernel "
                                     f"started ({exc})", host=spec.target) from exc
-        handle = SSHKernelHandle(index, spec, agent, started.pid, started.listeners, started.info, conn,
-                                 self.link_settings.keepalive_seconds)
-        handle.remote_dir = started.remote_dir
-        self._handles = [h for h in self._handles if not h.ended] + [handle]
+
+        def describe_loss() -> str:
+            reason = link.lost(conn)
+            return f"lost the SSH connection to {spec.target}" + (f": {reason}" if reason else "")
+
+        handle = self._book.keep(RemoteKernelHandle(index, spec.target, agent, started.pid, started.listeners,
+                                                    started.info, remote_dir=started.remote_dir,
+                                                    describe_loss=describe_loss))
         log.info("worker %d: kernel pid %s on %s", index, handle.pid, spec.target)
         return handle
 
@@ -297,8 +299,7 @@ class SSHLauncher:
     async def close(self) -> None:
         """Kill every kernel this launcher started, release the ports, end the templates, close the
         connections."""
-        handles, self._handles = self._handles, []
-        await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
+        await self._book.kill_kernels()
         await self._release_ports()
         await self._templates.close()
         links, self.links = list(self.links.values()), {}
