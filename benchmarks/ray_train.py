@@ -13,8 +13,11 @@ Rows (wall clocks of one machine; each a single measurement):
 * ``ray_*``: a fresh notebook kernel, ``%load_ext mwnotebook``, then ``%%mwtrain --workers 2 --cpu
   --ray ADDRESS`` + the seed: ``first`` (the cluster starts: relays, a worker template per node,
   kernels forked), ``rerun`` (the same cell again), ``second_cluster`` (other options,
-  ``--cpus-per-worker 2``: a new cluster), ``restart`` (worker 1 SIGKILLs itself in a cell; the next
-  seed cell, which starts the lost worker again).
+  ``--ray-strategy STRICT_SPREAD``: a new cluster, its workers forked from the node templates the
+  first one left: launchers/ray/node_templates.py), ``second_cluster_threads`` (``--cpus-per-worker
+  2``: other thread counts, which numpy's BLAS reads as it loads, so a new template per node),
+  ``restart`` (worker 1 SIGKILLs itself in a cell; the next seed cell, which starts the lost worker
+  again).
 * ``local_*``: the same cells with local workers in another fresh kernel (``first``, ``rerun``,
   ``restart``).
 
@@ -97,15 +100,17 @@ def restart(kc: Any, magic: str) -> float:
     return seed_cell(kc, magic)
 
 
-def notebook_rows(prefix: str, magic: str, other: str | None) -> dict[str, float]:
+def notebook_rows(prefix: str, magic: str, others: dict[str, str]) -> dict[str, float]:
     km, kc = start_kernel({"MWNOTEBOOK_TEMPLATE": "1"})
     rows: dict[str, float] = {}
     try:
         timed(kc, "%load_ext mwnotebook")
         rows[f"{prefix}_first_s"] = seed_cell(kc, magic)
         rows[f"{prefix}_rerun_s"] = seed_cell(kc, magic)
-        if other is not None:
-            rows[f"{prefix}_second_cluster_s"] = seed_cell(kc, other)
+        for name, other in others.items():
+            timed(kc, "%mwcluster stop", timeout=120)
+            rows[f"{prefix}_{name}_s"] = seed_cell(kc, other)
+        if others:
             timed(kc, "%mwcluster stop", timeout=120)
             seed_cell(kc, magic)  # back to the first options (not timed: a new cluster again)
         rows[f"{prefix}_restart_s"] = restart(kc, magic)
@@ -123,7 +128,8 @@ def table(r: dict[str, float]) -> str:
     lines.append(f"| Ray Train `TensorflowTrainer` fit 2 | {r['ray_train_fit2_s']:.1f} | | "
                  f"{r['ray_train_fit2_s'] / r['ray_train_fit1_s']:.2f}x |")
     for name, key, base in (("first cell", "ray_first_s", "first"), ("rerun", "ray_rerun_s", "rerun"),
-                            ("second cluster (other options)", "ray_second_cluster_s", "first"),
+                            ("second cluster (`--ray-strategy STRICT_SPREAD`)", "ray_second_cluster_s", "first"),
+                            ("second cluster (`--cpus-per-worker 2`)", "ray_second_cluster_threads_s", "first"),
                             ("restart after a killed worker", "ray_restart_s", "restart")):
         lines.append(f"| `%%mwtrain --ray` {name} | {r[key]:.1f} | {r[key] / local[base]:.2f}x local {base} | "
                      f"{r[key] / r['ray_train_fit1_s']:.2f}x |")
@@ -145,8 +151,9 @@ def main() -> None:
         results["ray_train_fit1_s"], results["ray_train_fit2_s"] = fits
         print(json.dumps(results), flush=True)
         ray = f"%%mwtrain --workers 2 --cpu --ray {cluster.address}"
-        results.update(notebook_rows("ray", ray, ray + " --cpus-per-worker 2"))
-        results.update(notebook_rows("local", "%%mwtrain --workers 2 --cpu", None))
+        results.update(notebook_rows("ray", ray, {"second_cluster": ray + " --ray-strategy STRICT_SPREAD",
+                                                  "second_cluster_threads": ray + " --cpus-per-worker 2"}))
+        results.update(notebook_rows("local", "%%mwtrain --workers 2 --cpu", {}))
     finally:
         cluster.destroy()
     results = {k: round(v, 2) for k, v in results.items()}

@@ -1,12 +1,16 @@
 """Time from a cell's start (workers not started yet) to the seed's first printed line, on local
 workers and on the Ray test cluster (ray_nodes.py) cold (its first workers) and warm (a second
-cluster on the same Ray cluster), in one run; also the Ray processes' memory. Not a test:
+cluster on the same Ray cluster: its workers fork from the node templates the first one kept), in
+one run; also the Ray processes' memory. ``--phases`` also prints the launchers' log lines with
+their time since the cell began (where the first cell's time goes). Not a test:
 
-    python3 -m tests.ray.measure_first_line
+    python3 -m tests.ray.measure_first_line [--phases]
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
 
 from mwnotebook import Cluster
@@ -15,8 +19,18 @@ from testbed import ray_nodes
 from testbed.seed_cell import SEED_CELL
 
 
+class _Since(logging.Handler):
+    """Prints each log line with its time since :data:`_BEGAN` (``--phases``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"  {time.monotonic() - _BEGAN[0]:6.2f} s  {record.name.rsplit('.', 1)[-1]}: {record.getMessage()[:140]}")
+
+
+_BEGAN = [0.0]
+
+
 def first_line(**options: object) -> float:
-    started = time.monotonic()
+    started = _BEGAN[0] = time.monotonic()
     seen: list[float] = []
 
     def on_event(event: Event) -> None:
@@ -29,6 +43,10 @@ def first_line(**options: object) -> float:
 
 
 def main() -> None:
+    if "--phases" in sys.argv:
+        for name in ("mwnotebook.launchers.ray", "mwnotebook.launchers.remote.template_pool"):
+            logging.getLogger(name).setLevel(logging.DEBUG)
+            logging.getLogger(name).addHandler(_Since())
     started = time.monotonic()
     cluster = ray_nodes.create()
     print(f"Ray test cluster up in {time.monotonic() - started:.1f} s ({cluster.log}); "

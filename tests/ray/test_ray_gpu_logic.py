@@ -16,6 +16,8 @@ from mwnotebook.launchers.ray.node_relay import NodeRelay
 from mwnotebook.launchers.ray.node_templates import NodeTemplates
 from mwnotebook.launchers.ray.session import Placement
 
+pytestmark = pytest.mark.ray
+
 
 class FakeRay:
     """What Placement and the launcher ask of ``ray``: resources, nodes, ``remote``'s options."""
@@ -121,6 +123,7 @@ def test_workers_with_other_gpus_on_one_node_share_its_template(monkeypatch: pyt
         launcher.use_template = True
         launcher._placement = Placement(launcher.session, 3, 1, 1, "SPREAD")  # noqa: SLF001
         launcher._placement.node_ids = ["node-a", "node-a", "node-b"]  # noqa: SLF001
+        launcher._placement.node_ips = [str(w["ip"]) for w in wheres]  # noqa: SLF001
         started: list[str] = []
 
         async def relay(session: object, node_id: str, node_ip: str, python: str | None) -> object:

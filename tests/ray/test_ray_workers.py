@@ -62,10 +62,11 @@ def test_auto_workers_on_distinct_nodes_and_nothing_left_after_stop(
         for i in range(2):
             assert result.stdout(i).split() == ["1", str(i)], result.stdout(i)
         pids = [s.pid for s in cluster.status()]
-        assert len(ray_env.actor_pids()) == 4  # a relay per bundle, one per node for its template
+        # one relay per node (launchers/ray/node_templates.py): the agents of its template and workers
+        assert len(ray_env.actor_pids()) == 2
     assert all(pid is not None and wait_until(lambda p=pid: not running(p), 15) for pid in pids), pids
-    # the bundles' relays end; the node templates' stay for the notebook's next cluster (ray_env ends them)
-    assert wait_until(lambda: len(ray_env.actor_pids()) == 2, 30), ray_env.actor_pids()
+    # the nodes' relays stay with the templates for the notebook's next cluster (ray_env ends them)
+    assert len(ray_env.actor_pids()) == 2, ray_env.actor_pids()
     assert all(state == "REMOVED" for state in ray_env.placement_group_states())
 
 
@@ -135,8 +136,8 @@ def test_a_sigkilled_notebook_process_leaves_no_actor_agent_or_kernel(ray_env: r
             if line.startswith("TEMPLATES"):
                 templates = {int(p) for p in line.split()[1:]}
         kernels = [int(p) for p in line.split()[1:]]
-        # a relay per bundle, and per node one that holds its worker template (node_templates.py)
-        assert len(ray_env.actor_pids()) == 4 and all(running(p) for p in kernels)
+        # a relay per node (node_templates.py): its template's agent and its workers' agents
+        assert len(ray_env.actor_pids()) == 2 and all(running(p) for p in kernels)
         agents = {p.pid for k in kernels for p in psutil.Process(k).parents()
                   if "mwnotebook-remote-agent" in " ".join(p.cmdline())}
         # each kernel was forked by its node's worker template (the agent in its template role): it goes too

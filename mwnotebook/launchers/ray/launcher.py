@@ -2,11 +2,12 @@
 
 Ray only places and supervises processes here; the workers are the same as everywhere else. One
 placement group of N bundles (``--cpus-per-worker``, ``--gpus-per-worker``; ``--ray-strategy``,
-SPREAD by default), one small relay actor per bundle (``node_relay.py``), and through each relay the
-remote agent that SSH and Slurm workers use (``processes/shipped/remote_agent.py``): a ``ports``
-agent holds the worker's TensorFlow port, a ``kernel`` agent starts the kernel bound to the node's
-address and obeys interrupt/stacks/kill. TF_CONFIG lists the bundles' node addresses and those
-ports, in bundle order.
+SPREAD by default), one small relay actor per node (``node_relay.py``: the node's own, kept with its
+worker template by ``node_templates.py``; one per bundle instead with GPUs, whose ids Ray shows
+inside the bundle only, or without templates), and through each relay the remote agent that SSH and
+Slurm workers use (``processes/shipped/remote_agent.py``): a ``ports`` agent holds the worker's
+TensorFlow port, a ``kernel`` agent starts the kernel bound to the node's address and obeys
+interrupt/stacks/kill. TF_CONFIG lists the bundles' node addresses and those ports, in bundle order.
 
 Reaching the kernels: by default directly, at the node's address; the notebook runs inside the
 cluster's network (a pod beside a KubeRay cluster, the head node, a VM on the cluster's network).
@@ -25,7 +26,8 @@ the cluster). Its memory (``config/class_caps.py`` ``MEASURED.template``, about 
 the bundles' Ray resources, as Ray's own per-node processes are (docs/guide/ray.md).
 
 Lifecycle: :meth:`RayLauncher.close` (cluster stop, a failed start) closes the agents' connections
-(they kill their kernels), stops and kills the relays and removes the placement group. If the
+(they kill their kernels), stops and kills the bundles' relays (the nodes' stay with their
+templates) and removes the placement group. If the
 notebook's process dies (SIGKILL included), Ray ends the actors the driver owned and the group, and
 the agents die with their relay (``node_relay.py``); their connections also close. A node lost
 mid-cell fails its relay's ``wait`` call, which closes that worker's channel: the cell fails fast.
@@ -44,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config.ray_options import DEFAULT_CPUS_PER_WORKER
+from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
@@ -54,7 +57,6 @@ from mwnotebook.launchers.ray.session import Placement, RaySession, head_endpoin
 from mwnotebook.launchers.ray.ssh_jump import JumpHost
 from mwnotebook.launchers.remote.agent_channel import BOOTSTRAP, DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
-from mwnotebook.launchers.remote.book import RemoteBook
 from mwnotebook.launchers.remote.kernel_handle import Listener, RemoteKernelHandle
 from mwnotebook.launchers.remote.kernel_start import first_event, start_kernel
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate
@@ -62,7 +64,7 @@ from mwnotebook.launchers.remote.template_pool import RemoteTemplate
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
 
-__all__ = ["RayLauncher"]
+__all__ = ["RayKernelHandle", "RayLauncher"]
 
 log = logging.getLogger(__name__)
 
@@ -74,24 +76,39 @@ RELAY_CALL_SECONDS = 60.0
 THREAD_ENV = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 
-def describe_loss(jump: JumpHost | None, node_ip: str) -> str:
-    """Why a worker on ``node_ip`` is gone when its agent's channel closed without an exit event:
-    ``--ray-ssh``'s lost connection (``jump``), else its node or relay."""
-    lost = jump.lost() if jump is not None else ""
-    if jump is not None and lost:
-        return (f"the SSH connection to {jump.target} (--ray-ssh) was lost ({lost}), and the worker's "
-                "channels through it")
-    return (f"its Ray node {node_ip} or its relay actor is gone (node lost, or the actor was "
-            "killed); the worker's agent channel closed")
+class _BundlePlace:
+    """A worker's place: its bundle's node (``target`` names the worker's host in the output)."""
+
+    def __init__(self, node_ip: str, bundle: int) -> None:
+        self.target = node_ip
+        self.bundle = bundle
+
+
+class RayKernelHandle(RemoteKernelHandle):
+    """A kernel started by a relay actor, reached at its node's address."""
+
+    #: ``--ray-ssh``: the SSH connection the kernel is reached through (its loss explains a loss).
+    jump: JumpHost | None = None
+
+    def _lost_description(self) -> str:
+        lost = self.jump.lost() if self.jump is not None else ""
+        if lost:
+            return (f"the SSH connection to {self.jump.target if self.jump else ''} (--ray-ssh) was lost "
+                    f"({lost}), and the worker's channels through it")
+        return (f"its Ray node {self.host} or its relay actor is gone (node lost, or the actor was "
+                "killed); the worker's agent channel closed")
 
 
 class _Relay:
-    """One bundle's relay actor and where to reach it."""
+    """One worker's relay actor (its bundle's, or its node's kept one) and where to reach it."""
 
-    def __init__(self, actor: Any, where: dict[str, Any], node_ip: str) -> None:
+    def __init__(self, actor: Any, where: dict[str, Any], node_ip: str, token: str = "", kept: bool = False) -> None:
         self.actor = actor
         self.where = where
         self.node_ip = node_ip
+        #: The token the relay was made with; ``kept``: the node's relay of node_templates.py (not ours to end).
+        self.token = token
+        self.kept = kept
 
 
 class RayLauncher:
@@ -117,8 +134,8 @@ class RayLauncher:
         self._token = secrets.token_hex(node_relay.TOKEN_CHARS // 2)
         self._placement: Placement | None = None
         self._relays: list[_Relay] = []
-        #: The port holders and kernels (launchers/remote/book.py).
-        self._book = RemoteBook()
+        self._holders: list[RelayAgent] = []
+        self._handles: list[RayKernelHandle] = []
         self._placing = asyncio.Lock()
         self._aborted = False
         #: Fork workers from a template per node (see the module docstring); ``startup_env`` (the
@@ -149,9 +166,9 @@ class RayLauncher:
         return [r.node_ip for r in self._relays]
 
     @property
-    def handles(self) -> list[RemoteKernelHandle]:
+    def handles(self) -> list[RayKernelHandle]:
         """The kernels started and not ended (where the notebook reaches each: ``connection_info``)."""
-        return self._book.handles
+        return [h for h in self._handles if not h.ended]
 
     async def _place(self) -> list[_Relay]:
         """Connect, reserve the placement group and start one relay per bundle (once)."""
@@ -167,6 +184,13 @@ class RayLauncher:
             placement = Placement(self.session, self.workers, self.cpus, self.gpus, self.strategy)
             self._placement = placement
             await placement.reserve(self.startup_timeout, lambda: self._aborted)
+            if self._startup_env is not None:  # the nodes import TensorFlow while the relays start
+                for index in range(self.workers):
+                    self._template(index, self._thread_env(self._startup_env))
+            if self._shares_node_relays:
+                self._relays = await self._node_relays(placement, range(self.workers))
+                log.info("Ray placement group ready: bundles on %s (through the nodes' relays)", placement.node_ips)
+                return self._relays
             ray = self.session.ray
             actors = self._relay_actors(placement, range(self.workers))
             try:
@@ -178,9 +202,40 @@ class RayLauncher:
                 await placement.remove()
                 raise ClusterStartError(f"the relay actors did not start on the Ray cluster: "
                                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-            self._relays = [_Relay(a, w, ip) for a, w, ip in zip(actors, wheres, placement.node_ips)]
+            self._relays = [_Relay(a, w, ip, self._token) for a, w, ip in zip(actors, wheres, placement.node_ips)]
             log.info("Ray placement group ready: bundles on %s", placement.node_ips)
             return self._relays
+
+    @property
+    def _shares_node_relays(self) -> bool:
+        """Workers' agents start through their node's kept relay (node_templates.py), not a relay in
+        their bundle: CPU bundles only (a GPU bundle's devices are known inside it only). The group
+        still holds each bundle's CPUs; a second cluster then starts no Ray actor at all."""
+        return self.use_template and not self.gpus
+
+    async def _node_relays(self, placement: Placement, indices: Sequence[int]) -> list[_Relay]:
+        """The kept relays of the nodes of bundles ``indices`` (started where there is none; one that
+        does not answer, killed since, is started again)."""
+        async def node_relay(node_id: str, node_ip: str) -> tuple[Any, dict[str, Any]]:
+            actor, where = await self._kept.relay(self.session, node_id, node_ip, self.python)
+            try:
+                await self.session.get(actor.where.remote(), 10)
+            except Exception:
+                self._kept.forget(node_id)
+                actor, where = await self._kept.relay(self.session, node_id, node_ip, self.python)
+            return actor, where
+
+        nodes = {placement.node_ids[i]: placement.node_ips[i] for i in indices}
+        try:
+            found = await asyncio.wait_for(asyncio.gather(*(node_relay(n, ip) for n, ip in nodes.items())),
+                                           RELAY_CALL_SECONDS)
+            started = [dict(zip(nodes, found))[placement.node_ids[i]] for i in indices]
+        except Exception as exc:
+            await placement.remove()
+            raise ClusterStartError(f"the relay actors did not start on the Ray cluster: "
+                                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        return [_Relay(actor, where, placement.node_ips[i], self._kept.token, kept=True)
+                for i, (actor, where) in zip(indices, started)]
 
     def _check_connected(self) -> None:
         """A :class:`ClusterStartError` when the SSH connection or Ray's was lost since the relays started."""
@@ -246,6 +301,8 @@ class RayLauncher:
                 return []
             ray = self.session.ray
             for i in lost:
+                if self._relays[i].kept:
+                    continue  # gone with its node; its workers come back through bundle relays
                 try:
                     ray.kill(self._relays[i].actor)
                 except Exception:
@@ -258,9 +315,10 @@ class RayLauncher:
                     "lack free resources for the bundles (add a node, or use fewer --cpus-per-worker)")
             actors = self._relay_actors(placement, lost)
             wheres = await asyncio.gather(*(self.session.get(a.where.remote(), RELAY_CALL_SECONDS) for a in actors))
+            relays = [_Relay(a, w, placement.node_ips[i], self._token) for i, a, w in zip(lost, actors, wheres)]
             moves = []
-            for i, actor, where, was in zip(lost, actors, wheres, old):
-                self._relays[i] = _Relay(actor, where, placement.node_ips[i])
+            for i, relay, was in zip(lost, relays, old):
+                self._relays[i] = relay
                 moves.append(f"worker {i}: Ray node {was} lost; its bundle is now on {placement.node_ips[i]}")
             log.warning("; ".join(moves))
             return moves
@@ -270,7 +328,7 @@ class RayLauncher:
         try:
             address = (await self.jump.route(str(relay.where["ip"]), int(relay.where["port"]))
                        if self.jump is not None else None)
-            return await RelayAgent.start(relay.where, self._token, relay.actor, relay.node_ip, self.session.wrap,
+            return await RelayAgent.start(relay.where, relay.token, relay.actor, relay.node_ip, self.session.wrap,
                                           address, self.session.connected)
         except ConnectionError as exc:
             raise ClusterStartError(str(exc), worker=index, host=relay.node_ip) from None
@@ -295,27 +353,29 @@ class RayLauncher:
 
         async def reserve(index: int) -> None:
             agent = await self._agent(index)
-            await self._book.reserve_ports(agent, [index], self.require,
-                                           lambda: self._first_event(agent, index, self.startup_timeout),
-                                           lambda _: relays[index].node_ip, addresses)
+            self._holders.append(agent)
+            agent.configure({"role": "ports", "count": 1, "require": list(self.require)})
+            event = await self._first_event(agent, index, self.startup_timeout)
+            addresses[index] = format_address(relays[index].node_ip, int(event["ports"][0]))
 
-        if self._startup_env is not None:
-            for index in range(count):  # each node imports TensorFlow while the ports are reserved
-                self._template(index, self._kernel_env(index, self._startup_env))
         await gather_port_holders((reserve(i) for i in range(count)), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
         return addresses
 
-    def _kernel_env(self, index: int, env: Mapping[str, str]) -> dict[str, str]:
+    def _thread_env(self, env: Mapping[str, str]) -> dict[str, str]:
         out = dict(env)
         for name in THREAD_ENV:
             out.setdefault(name, str(self.cpus))
+        return out
+
+    def _kernel_env(self, index: int, env: Mapping[str, str]) -> dict[str, str]:
+        out = self._thread_env(env)
         gpus = self._relays[index].where.get("gpus")
         if self.gpus and gpus is not None:
             out["CUDA_VISIBLE_DEVICES"] = str(gpus)  # the GPUs Ray gave this bundle
         return out
 
-    async def start(self, index: int, env: Mapping[str, str]) -> RemoteKernelHandle:
+    async def start(self, index: int, env: Mapping[str, str]) -> RayKernelHandle:
         relays = await self._place()
         if not 0 <= index < len(relays):
             raise ConfigError(f"worker {index} has no bundle in the placement group ({len(relays)} bundles)")
@@ -337,19 +397,21 @@ class RayLauncher:
         except ClusterStartError as exc:
             exc.worker = index
             raise
-        jump = self.jump
-        handle = self._book.keep(RemoteKernelHandle(index, node_ip, agent, started.pid, started.listeners, started.info,
-                                                    remote_dir=started.remote_dir,
-                                                    describe_loss=lambda: describe_loss(jump, node_ip)))
+        handle = RayKernelHandle(index, _BundlePlace(node_ip, index), agent, started.pid, started.listeners,
+                                 started.info)
+        handle.jump = self.jump
+        handle.remote_dir = started.remote_dir
+        self._handles = [h for h in self._handles if not h.ended] + [handle]
         log.info("worker %d: kernel pid %s on Ray node %s (bundle %d)", index, handle.pid, node_ip, index)
         return handle
 
     def _template(self, index: int, env: Mapping[str, str]) -> RemoteTemplate | None:
         """The worker template for ``env`` on worker ``index``'s node (kept from an earlier cluster,
         or started now: ``node_templates.py``); None when off."""
-        if not self.use_template or not self._relays or self._placement is None:
+        placement = self._placement
+        if not self.use_template or placement is None or len(placement.node_ids) <= index:
             return None
-        template = self._kept.template(self.session, self._placement.node_ids[index], self._relays[index].node_ip,
+        template = self._kept.template(self.session, placement.node_ids[index], placement.node_ips[index],
                                        env, python=self.python, require=self.require, cwd=self.cwd)
         if template not in self._used:
             self._used.append(template)
@@ -361,16 +423,18 @@ class RayLauncher:
         return list(self._used)
 
     async def _release_ports(self) -> None:
-        await self._book.release_ports()
+        holders, self._holders = self._holders, []
+        await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
 
     async def close(self) -> None:
         """Kill every kernel, release the ports, end the relays and remove the placement group."""
-        await self._book.kill_kernels()
+        handles, self._handles = self._handles, []
+        await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
         await self._release_ports()
         self._used = []
         if self._private_templates:
             await self._kept.close()
-        relays, self._relays = self._relays, []
+        relays, self._relays = [r for r in self._relays if not r.kept], []  # the kept ones stay with the templates
         ray = self.session.ray
         if relays and self.session.connected():
             stops = [self.session.get(r.actor.stop.remote(), 10) for r in relays]

@@ -7,7 +7,9 @@ affinity, not soft), holding no CPUs, outside every placement group. A second cl
 notebook on the same Ray cluster (other options, another worker count) forks its workers from the
 templates the first one started, as local workers share ``launchers/local/template_pool.py``'s
 templates for the notebook's process. (SSH hosts and Slurm nodes keep theirs per cluster:
-``launchers/remote/template_pool.py``; a Slurm job's nodes end with it.)
+``launchers/remote/template_pool.py``; a Slurm job's nodes end with it.) CPU workers' own agents
+start through the same relay (``launcher.py``): the placement group holds their CPUs, so a second
+cluster starts no Ray actor at all.
 
 The templates themselves are the remote agent in its ``template`` role, through the same code as
 SSH and Slurm (``launchers/remote/template_pool.py`` :class:`RemoteTemplates`), keyed by node and
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import secrets
 import threading
@@ -55,12 +58,14 @@ STOP_SECONDS = 10.0
 
 
 class _KeptNode:
-    """One node's kept relay (started in the background) and how many were started before it."""
+    """One node's kept relay (started in the background) and its number (:attr:`NodeTemplates._generations`)."""
 
     def __init__(self, node_ip: str, generation: int, start: asyncio.Task[tuple[Any, dict[str, Any]]]) -> None:
         self.node_ip = node_ip
         self.generation = generation
         self.start = start
+        #: Templates started again on this relay after one ended.
+        self.attempt = 0
 
     def actor(self) -> Any:
         """The relay actor once started; None before, or when it could not start."""
@@ -84,6 +89,10 @@ class NodeTemplates:
         #: Relays whose node's template ended and was started again elsewhere (ended at close).
         self._retired: list[_KeptNode] = []
         self._pools: dict[tuple[str, tuple[str, ...], str], RemoteTemplates] = {}
+        #: Numbers the relays, so that a node's next relay never meets its ended templates.
+        self._generations = itertools.count()
+        #: Nodes whose ended template was started again during this cluster start (:meth:`use`).
+        self._retried: set[tuple[str, int]] = set()
 
     async def use(self, address: str, session: RaySession) -> None:
         """Before a cluster connects to Ray at ``address``: templates kept for another Ray cluster,
@@ -95,6 +104,7 @@ class NodeTemplates:
             log.info("ending the worker templates kept on Ray at %s", self.address)
             await self.close()
         self.address, self._loop = address, loop
+        self._retried.clear()
 
     def template(self, session: RaySession, node_id: str, node_ip: str, env: Mapping[str, str], *,
                  python: str | None, require: Sequence[str], cwd: str) -> RemoteTemplate:
@@ -106,16 +116,41 @@ class NodeTemplates:
         if pool is None:
             pool = self._pools[key] = RemoteTemplates(python or "", require, cwd)
         node = self._nodes.get(node_id)
-        if node is not None:
-            template = pool.get((node_id, node.generation), node_ip, env, self._starter(session, node))
-            if not template.problem:
-                return template
+        if node is None:
+            node = self._nodes[node_id] = _KeptNode(node_ip, next(self._generations), asyncio.ensure_future(
+                self._start_relay(session, node_id, node_ip, python)))
+        template = pool.get((node_id, node.generation, node.attempt), node_ip, env, self._starter(session, node))
+        if template.problem and (node_id, node.generation) not in self._retried:  # once per cluster start
             log.info("the worker template on Ray node %s ended (%s); starting another", node_ip, template.problem)
+            self._retried.add((node_id, node.generation))
+            node.attempt += 1
+            template = pool.get((node_id, node.generation, node.attempt), node_ip, env, self._starter(session, node))
+        return template
+
+    @property
+    def token(self) -> str:
+        """The token the kept relays were made with (an agent's connection starts with it)."""
+        return self._token
+
+    def relay(self, session: RaySession, node_id: str, node_ip: str,
+              python: str | None) -> asyncio.Future[tuple[Any, dict[str, Any]]]:
+        """The node's kept relay, ``(actor, where)`` once started (started now if there is none):
+        a CPU worker's own agent starts through it too (``launcher.py``)."""
+        self._ray = session
+        node = self._nodes.get(node_id)
+        if node is None or (node.start.done() and node.actor() is None):  # none, or its start failed
+            if node is not None:
+                self._retired.append(node)
+            node = self._nodes[node_id] = _KeptNode(
+                node_ip, next(self._generations),
+                asyncio.ensure_future(self._start_relay(session, node_id, node_ip, python)))
+        return asyncio.shield(node.start)
+
+    def forget(self, node_id: str) -> None:
+        """The node's relay is gone (its node lost, or the actor killed): a later call starts another."""
+        node = self._nodes.pop(node_id, None)
+        if node is not None:
             self._retired.append(node)
-        fresh = _KeptNode(node_ip, node.generation + 1 if node is not None else 0,
-                          asyncio.ensure_future(self._start_relay(session, node_id, node_ip, python)))
-        self._nodes[node_id] = fresh
-        return pool.get((node_id, fresh.generation), node_ip, env, self._starter(session, fresh))
 
     def _starter(self, session: RaySession, node: _KeptNode) -> Callable[[], Awaitable[RelayAgent]]:
         async def start_agent() -> RelayAgent:
