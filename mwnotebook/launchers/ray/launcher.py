@@ -46,7 +46,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mwnotebook.config.ray_options import DEFAULT_CPUS_PER_WORKER
-from mwnotebook.config.tf_config import format_address
 from mwnotebook.config.worker_env import startup_env as spec_startup_env
 from mwnotebook.errors import CannotRestartError, ClusterStartError, ConfigError
 from mwnotebook.launchers.local.template_pool import templates_disabled
@@ -57,6 +56,7 @@ from mwnotebook.launchers.ray.session import Placement, RaySession, head_endpoin
 from mwnotebook.launchers.ray.ssh_jump import JumpHost
 from mwnotebook.launchers.remote.agent_channel import BOOTSTRAP, DEFAULT_REQUIRE
 from mwnotebook.launchers.remote.agent_events import AgentEvent, gather_port_holders
+from mwnotebook.launchers.remote.book import RemoteBook
 from mwnotebook.launchers.remote.kernel_handle import Listener, RemoteKernelHandle
 from mwnotebook.launchers.remote.kernel_start import first_event, start_kernel
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate
@@ -64,7 +64,7 @@ from mwnotebook.launchers.remote.template_pool import RemoteTemplate
 if TYPE_CHECKING:
     from mwnotebook.config.spec import ClusterSpec
 
-__all__ = ["RayKernelHandle", "RayLauncher"]
+__all__ = ["RayLauncher"]
 
 log = logging.getLogger(__name__)
 
@@ -76,27 +76,15 @@ RELAY_CALL_SECONDS = 60.0
 THREAD_ENV = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 
-class _BundlePlace:
-    """A worker's place: its bundle's node (``target`` names the worker's host in the output)."""
-
-    def __init__(self, node_ip: str, bundle: int) -> None:
-        self.target = node_ip
-        self.bundle = bundle
-
-
-class RayKernelHandle(RemoteKernelHandle):
-    """A kernel started by a relay actor, reached at its node's address."""
-
-    #: ``--ray-ssh``: the SSH connection the kernel is reached through (its loss explains a loss).
-    jump: JumpHost | None = None
-
-    def _lost_description(self) -> str:
-        lost = self.jump.lost() if self.jump is not None else ""
-        if lost:
-            return (f"the SSH connection to {self.jump.target if self.jump else ''} (--ray-ssh) was lost "
-                    f"({lost}), and the worker's channels through it")
-        return (f"its Ray node {self.host} or its relay actor is gone (node lost, or the actor was "
-                "killed); the worker's agent channel closed")
+def describe_loss(jump: JumpHost | None, node_ip: str) -> str:
+    """Why a worker on ``node_ip`` is gone when its agent's channel closed without an exit event:
+    ``--ray-ssh``'s lost connection (``jump``), else its node or relay."""
+    lost = jump.lost() if jump is not None else ""
+    if jump is not None and lost:
+        return (f"the SSH connection to {jump.target} (--ray-ssh) was lost ({lost}), and the worker's "
+                "channels through it")
+    return (f"its Ray node {node_ip} or its relay actor is gone (node lost, or the actor was "
+            "killed); the worker's agent channel closed")
 
 
 class _Relay:
@@ -134,8 +122,8 @@ class RayLauncher:
         self._token = secrets.token_hex(node_relay.TOKEN_CHARS // 2)
         self._placement: Placement | None = None
         self._relays: list[_Relay] = []
-        self._holders: list[RelayAgent] = []
-        self._handles: list[RayKernelHandle] = []
+        #: The port holders and kernels (launchers/remote/book.py).
+        self._book = RemoteBook()
         self._placing = asyncio.Lock()
         self._aborted = False
         #: Fork workers from a template per node (see the module docstring); ``startup_env`` (the
@@ -166,9 +154,9 @@ class RayLauncher:
         return [r.node_ip for r in self._relays]
 
     @property
-    def handles(self) -> list[RayKernelHandle]:
+    def handles(self) -> list[RemoteKernelHandle]:
         """The kernels started and not ended (where the notebook reaches each: ``connection_info``)."""
-        return [h for h in self._handles if not h.ended]
+        return self._book.handles
 
     async def _place(self) -> list[_Relay]:
         """Connect, reserve the placement group and start one relay per bundle (once)."""
@@ -353,10 +341,9 @@ class RayLauncher:
 
         async def reserve(index: int) -> None:
             agent = await self._agent(index)
-            self._holders.append(agent)
-            agent.configure({"role": "ports", "count": 1, "require": list(self.require)})
-            event = await self._first_event(agent, index, self.startup_timeout)
-            addresses[index] = format_address(relays[index].node_ip, int(event["ports"][0]))
+            await self._book.reserve_ports(agent, [index], self.require,
+                                           lambda: self._first_event(agent, index, self.startup_timeout),
+                                           lambda _: relays[index].node_ip, addresses)
 
         await gather_port_holders((reserve(i) for i in range(count)), self._release_ports)
         log.info("TensorFlow addresses: %s", addresses)
@@ -375,7 +362,7 @@ class RayLauncher:
             out["CUDA_VISIBLE_DEVICES"] = str(gpus)  # the GPUs Ray gave this bundle
         return out
 
-    async def start(self, index: int, env: Mapping[str, str]) -> RayKernelHandle:
+    async def start(self, index: int, env: Mapping[str, str]) -> RemoteKernelHandle:
         relays = await self._place()
         if not 0 <= index < len(relays):
             raise ConfigError(f"worker {index} has no bundle in the placement group ({len(relays)} bundles)")
@@ -397,11 +384,10 @@ class RayLauncher:
         except ClusterStartError as exc:
             exc.worker = index
             raise
-        handle = RayKernelHandle(index, _BundlePlace(node_ip, index), agent, started.pid, started.listeners,
-                                 started.info)
-        handle.jump = self.jump
-        handle.remote_dir = started.remote_dir
-        self._handles = [h for h in self._handles if not h.ended] + [handle]
+        jump = self.jump
+        handle = self._book.keep(RemoteKernelHandle(index, node_ip, agent, started.pid, started.listeners, started.info,
+                                                    remote_dir=started.remote_dir,
+                                                    describe_loss=lambda: describe_loss(jump, node_ip)))
         log.info("worker %d: kernel pid %s on Ray node %s (bundle %d)", index, handle.pid, node_ip, index)
         return handle
 
@@ -423,13 +409,11 @@ class RayLauncher:
         return list(self._used)
 
     async def _release_ports(self) -> None:
-        holders, self._holders = self._holders, []
-        await asyncio.gather(*(h.close() for h in holders), return_exceptions=True)
+        await self._book.release_ports()
 
     async def close(self) -> None:
         """Kill every kernel, release the ports, end the relays and remove the placement group."""
-        handles, self._handles = self._handles, []
-        await asyncio.gather(*(h.kill() for h in handles), return_exceptions=True)
+        await self._book.kill_kernels()
         await self._release_ports()
         self._used = []
         if self._private_templates:
