@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from mwnotebook.shared.process_wide import ProcessWide
+
 T = TypeVar("T")
 
 
@@ -41,13 +43,9 @@ class BackgroundLoop:
             raise
 
 
-_lock = threading.Lock()
-_instance: BackgroundLoop | None = None
+_LOOP = ProcessWide(BackgroundLoop)
 
 
 def background_loop() -> BackgroundLoop:
-    global _instance
-    with _lock:
-        if _instance is None:
-            _instance = BackgroundLoop()
-        return _instance
+    """The notebook process's background loop (started on first use)."""
+    return _LOOP.get()

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mwnotebook.shared.events import METRICS_MIME
+from mwnotebook.shared.process_wide import ProcessWide
 from mwnotebook.worker._batch import Entry, split_ready, to_records
 from mwnotebook.worker._remote import SCHEDULED, SERVER, has_remote, is_remote
 from mwnotebook.worker._remote import wait as wait_remote
@@ -268,17 +269,12 @@ class Reporter:
             self._next_step = 0  # each cell is a new run (and a new chart): default steps restart
 
 
-_REPORTER: Reporter | None = None
-_REPORTER_LOCK = threading.Lock()
+_REPORTER = ProcessWide(Reporter)
 
 
 def reporter() -> Reporter:
     """The process-wide :class:`Reporter` (made on first use)."""
-    global _REPORTER
-    with _REPORTER_LOCK:
-        if _REPORTER is None:
-            _REPORTER = Reporter()
-        return _REPORTER
+    return _REPORTER.get()
 
 
 def report(step: Any = None, **metrics: Any) -> None:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from mwnotebook.shared.process_wide import ProcessWide
 from mwnotebook.shared.step_times import INPUT_KEY, OWN_KEY, WAIT_KEY
 
 
@@ -101,14 +102,9 @@ class StepClock:
         return split
 
 
-_CLOCK: StepClock | None = None
-_CLOCK_LOCK = threading.Lock()
+_CLOCK = ProcessWide(StepClock)
 
 
 def step_clock() -> StepClock:
     """The process-wide :class:`StepClock` (made on first use)."""
-    global _CLOCK
-    with _CLOCK_LOCK:
-        if _CLOCK is None:
-            _CLOCK = StepClock()
-        return _CLOCK
+    return _CLOCK.get()

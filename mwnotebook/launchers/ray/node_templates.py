@@ -36,7 +36,6 @@ import contextlib
 import itertools
 import logging
 import secrets
-import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +45,7 @@ from mwnotebook.launchers.ray.channel import RelayAgent
 from mwnotebook.launchers.ray.session import RaySession
 from mwnotebook.launchers.remote.agent_channel import BOOTSTRAP
 from mwnotebook.launchers.remote.template_pool import RemoteTemplate, RemoteTemplates
+from mwnotebook.shared.process_wide import ProcessWide
 
 __all__ = ["NodeTemplates", "notebook_templates"]
 
@@ -218,14 +218,9 @@ class NodeTemplates:
             await kept.close()
 
 
-_lock = threading.Lock()
-_instance: NodeTemplates | None = None
+_TEMPLATES = ProcessWide(NodeTemplates)
 
 
 def notebook_templates() -> NodeTemplates:
     """The templates kept for this notebook's process (one instance, as its background loop)."""
-    global _instance
-    with _lock:
-        if _instance is None:
-            _instance = NodeTemplates()
-        return _instance
+    return _TEMPLATES.get()
