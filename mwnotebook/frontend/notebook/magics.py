@@ -546,9 +546,14 @@ def register(ipython: Any) -> None:
     if keras_note:
         print(keras_note, file=sys.stderr if "imported" in keras_note else sys.stdout)
     preload_in_background()  # the chart's libraries, so that the first metric does not stall a cell
-    from mwnotebook.launchers.local.prestart import prestart_in_background  # TF loads while the user types
+    from mwnotebook.launchers.ray.prestart import import_ray_in_background, names_ray_cluster
 
-    prestart_in_background(prestart_env(_cpu_share(_magics.session)))
+    if names_ray_cluster(os.environ):  # Ray loads while the user types (its clusters are Ray's)
+        import_ray_in_background()
+    else:
+        from mwnotebook.launchers.local.prestart import prestart_in_background  # TF loads while the user types
+
+        prestart_in_background(prestart_env(_cpu_share(_magics.session)))
     from mwnotebook.registry.orphans import sweep_once  # dead kernels' clusters: once per kernel, on a thread
 
     sweep_once()

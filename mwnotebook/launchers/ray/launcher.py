@@ -172,6 +172,7 @@ class RayLauncher:
             placement = Placement(self.session, self.workers, self.cpus, self.gpus, self.strategy)
             self._placement = placement
             await placement.reserve(self.startup_timeout, lambda: self._aborted)
+            log.debug("placement group placed on %s", placement.node_ips)
             if self._startup_env is not None:  # the nodes import TensorFlow while the relays start
                 for index in range(self.workers):
                     self._template(index, self._thread_env(self._startup_env))

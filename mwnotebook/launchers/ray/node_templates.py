@@ -177,6 +177,7 @@ class NodeTemplates:
                 ray.kill(actor)
             raise ClusterStartError(f"the template relay on Ray node {node_ip} did not start: "
                                     f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        log.debug("kept relay on Ray node %s answered", node_ip)
         return actor, dict(where)
 
     @property
