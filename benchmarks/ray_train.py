@@ -3,7 +3,7 @@ Ray test cluster (testbed/ray_nodes.py: a head and two worker nodes on loopback 
 program (tests/data/seed_train.py) everywhere, side by side in one run.
 
     pip install 'ray[train]'   # Ray Train's TensorflowTrainer (not a dependency of mwnotebook)
-    python -m benchmarks.ray_train
+    python -m benchmarks.ray_train [--repeats 3]
 
 Rows (wall clocks of one machine; each a single measurement):
 
@@ -32,13 +32,17 @@ kernels. Jupyter's jsonschema extra installs it, and jsonschema imports it with 
 compiling its grammars: 1.3 of ``import ray``'s 1.4 s here, in the notebook and in every Ray worker
 process (docs/guide/ray.md).
 
-Each seed cell is checked for the seed's exact lines. Writes benchmarks/results/ray_train/<commit>.json.
+The first cells (Ray, Ray with ``RAY_ADDRESS``, local), the noisiest rows, are taken ``--repeats``
+times each in fresh kernels, in turns: the table gives their median and range. Each seed cell is
+checked for the seed's exact lines. Writes benchmarks/results/ray_train/<commit>.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,16 +115,16 @@ def restart(kc: Any, magic: str) -> float:
     return seed_cell(kc, magic)
 
 
-def first_cell_named(address: str, magic: str) -> dict[str, float]:
-    """The first cell in a fresh kernel whose environment names the Ray cluster (``RAY_ADDRESS``)."""
-    km, kc = start_kernel({"MWNOTEBOOK_TEMPLATE": "1", "RAY_ADDRESS": address})
+def first_cell(magic: str, env: dict[str, str]) -> float:
+    """One first cell: a fresh kernel (``env`` added to its environment), ``%load_ext``, the seed cell."""
+    km, kc = start_kernel({"MWNOTEBOOK_TEMPLATE": "1", **env})
     try:
         timed(kc, "%load_ext mwnotebook")
         first = seed_cell(kc, magic)
         timed(kc, "%mwcluster stop", timeout=120)
     finally:
         stop_kernel(km, kc)
-    return {"ray_named_first_s": first}
+    return first
 
 
 def notebook_rows(prefix: str, magic: str, others: dict[str, str]) -> dict[str, float]:
@@ -162,7 +166,7 @@ ROWS = (("Ray Train `TensorflowTrainer` fit 1", "ray_train_fit1_s", None),
 VARIANTS = (("installed", "as installed"), ("without_rfc3987_syntax", "without rfc3987-syntax"))
 
 
-def table(r: dict[str, float]) -> str:
+def table(r: dict[str, Any]) -> str:
     """Seconds, against local workers' same row, against Ray Train's first fit: per environment."""
     head = "| |" + "".join(f" {title}: s | against local | against Ray Train fit 1 |" for _, title in VARIANTS)
     lines = [head, "|---|" + "---|---|---|" * len(VARIANTS)]
@@ -171,7 +175,9 @@ def table(r: dict[str, float]) -> str:
         for prefix, _ in VARIANTS:
             value, fit1 = r[f"{prefix}_{key}"], r[f"{prefix}_ray_train_fit1_s"]
             local = f"**{value / r[f'{prefix}_local_{base}_s']:.2f}x** local {base}" if base else ""
-            line += f" {value:.1f} | {local} | {value / fit1:.2f}x |"
+            runs = r.get(f"{prefix}_{key[:-2]}_runs")
+            spread = f" ({min(runs):.1f}-{max(runs):.1f})" if runs and len(runs) > 1 else ""
+            line += f" {value:.1f}{spread} | {local} | {value / fit1:.2f}x |"
         lines.append(line)
     return "\n".join(lines)
 
@@ -186,21 +192,36 @@ def without_rfc3987_syntax(directory: str) -> str:
     return directory
 
 
-def variant_rows(address: str) -> dict[str, float]:
-    """Every row on the Ray cluster at ``address`` (the environment as it is now)."""
-    rows: dict[str, float] = {}
+def variant_rows(address: str, repeats: int) -> dict[str, Any]:
+    """Every row on the Ray cluster at ``address`` (the environment as it is now). The first cells,
+    the noisiest rows, ``repeats`` times each in fresh kernels, taken in turns (Ray, Ray with
+    ``RAY_ADDRESS``, local): their median, and every sample under ``*_runs``."""
+    rows: dict[str, Any] = {}
     fits, _ = ray_train(address)
     rows["ray_train_fit1_s"], rows["ray_train_fit2_s"] = fits
     print(json.dumps(rows), flush=True)
-    ray = f"%%mwtrain --workers 2 --cpu --ray {address}"
+    ray, local = f"%%mwtrain --workers 2 --cpu --ray {address}", "%%mwtrain --workers 2 --cpu"
     rows.update(notebook_rows("ray", ray, {"second_cluster": ray + " --ray-strategy STRICT_SPREAD",
                                            "second_cluster_threads": ray + " --cpus-per-worker 2"}))
-    rows.update(first_cell_named(address, ray))
-    rows.update(notebook_rows("local", "%%mwtrain --workers 2 --cpu", {}))
+    rows.update(notebook_rows("local", local, {}))
+    runs: dict[str, list[float]] = {"ray_first": [rows["ray_first_s"]], "ray_named_first": [],
+                                    "local_first": [rows["local_first_s"]]}
+    for turn in range(repeats):
+        if turn:
+            runs["ray_first"].append(first_cell(ray, {}))
+        runs["ray_named_first"].append(first_cell(ray, {"RAY_ADDRESS": address}))
+        if turn:
+            runs["local_first"].append(first_cell(local, {}))
+        print(json.dumps(runs), flush=True)
+    for name, samples in runs.items():
+        rows[f"{name}_s"], rows[f"{name}_runs"] = statistics.median(samples), [round(x, 2) for x in samples]
     return rows
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="first cells of each kind, per environment")
+    args = parser.parse_args()
     run = Run("ray_train")
     results: dict[str, Any] = {}
     saved = os.environ.get("PYTHONPATH")
@@ -214,14 +235,14 @@ def main() -> None:
                   flush=True)
             os.environ.update(cluster.env())
             try:
-                results.update({f"{prefix}_{k}": v for k, v in variant_rows(cluster.address).items()})
+                results.update({f"{prefix}_{k}": v for k, v in variant_rows(cluster.address, args.repeats).items()})
             finally:
                 cluster.destroy()
                 if saved is None:
                     os.environ.pop("PYTHONPATH", None)
                 else:
                     os.environ["PYTHONPATH"] = saved
-    results = {k: round(v, 2) for k, v in results.items()}
+    results = {k: round(v, 2) if isinstance(v, float) else v for k, v in results.items()}
     results["table"] = table(results)
     path = run.write(results)
     print(results["table"])
