@@ -46,6 +46,8 @@ START_ATTEMPTS = 3
 START_TIMEOUT = 180.0
 #: Object store per node: small, the tests put nothing there (Ray's minimum is 75 MiB).
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
+#: The head's dashboard port (``create(dashboard=True)``), as an offset from the cluster's base port.
+DASHBOARD_OFFSET = 8
 #: Seconds :meth:`RayTestCluster.wait_settled` waits for the GCS to give up a killed node.
 SETTLE_TIMEOUT = 90.0
 
@@ -61,7 +63,7 @@ def _free(port: int) -> bool:
 
 def free_base(nodes: int) -> int:
     for base in BASE_PORTS:
-        if all(_free(base + 100 * n + k) for n in range(nodes) for k in (0, 1, 2, 3, 4, 5, 6, 7)):
+        if all(_free(base + 100 * n + k) for n in range(nodes) for k in range(DASHBOARD_OFFSET + 1)):
             return base
     raise RuntimeError(f"no free port range for the Ray test nodes in {BASE_PORTS}")
 
@@ -93,6 +95,8 @@ class RayTestCluster:
     log: list[str] = field(default_factory=list)
     #: The ``ray`` command that starts the nodes (another Python's for a version-mismatch cluster).
     ray_bin: str = RAY
+    #: The head's dashboard (``http://HOST:PORT``, what ``ray job submit --address`` takes) when it runs one.
+    dashboard_address: str = ""
 
     def env(self) -> dict[str, str]:
         return {"RAY_USAGE_STATS_ENABLED": "0"}
@@ -297,18 +301,23 @@ def _start_node(cluster: RayTestCluster, node: RayNode, role: list[str]) -> None
     raise RuntimeError(f"ray start on {node.ip} failed {START_ATTEMPTS} times: " + "; ".join(cluster.log))
 
 
-def create(worker_cpus: tuple[int, ...] = (2, 2), *, ray_bin: str = RAY) -> RayTestCluster:
+def create(worker_cpus: tuple[int, ...] = (2, 2), *, ray_bin: str = RAY, dashboard: bool = False) -> RayTestCluster:
     """A head on 127.0.0.1 (Ray names it by this machine's address) and one worker node per entry
     of ``worker_cpus`` on 127.0.0.2, 127.0.0.3, ..., started one after the other, each with
-    ``ray_bin`` (this interpreter's ``ray`` by default)."""
+    ``ray_bin`` (this interpreter's ``ray`` by default). ``dashboard``: the head runs Ray's dashboard
+    (its job server: ``ray job submit``), which needs ``ray[default]`` where ``ray_bin`` runs."""
     temp_dir = Path(tempfile.mkdtemp(prefix="mwray-", dir="/tmp"))
     base = free_base(len(worker_cpus) + 1)
     head = RayNode("127.0.0.1", 0, 0, base)
     workers = [RayNode(f"127.0.0.{i + 2}", i + 1, cpus, base) for i, cpus in enumerate(worker_cpus)]
     cluster = RayTestCluster(temp_dir, head, workers, ray_bin=ray_bin)
     try:
-        _start_node(cluster, head, ["--head", f"--port={base}", "--include-dashboard=false",
+        board = (["--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                  f"--dashboard-port={base + DASHBOARD_OFFSET}"] if dashboard else ["--include-dashboard=false"])
+        _start_node(cluster, head, ["--head", f"--port={base}", *board,
                                     f"--temp-dir={temp_dir}", f"--ray-client-server-port={base + 7}"])
+        if dashboard:
+            cluster.dashboard_address = f"http://127.0.0.1:{base + DASHBOARD_OFFSET}"
         from ray._private.services import get_node_ip_address
 
         head.ip = get_node_ip_address()  # Ray replaces 127.0.0.1 by the machine's own address

@@ -1,14 +1,16 @@
-"""``--export DIR --format ray`` (mwnotebook/export/ray_job.py): the seed cell exported as a Ray job
-and its entrypoint run against the tier's real Ray cluster (ray_nodes.py), as Ray's job supervisor
-runs an entrypoint: a driver process on the head's machine, ``RAY_ADDRESS`` set, in the job's
-working directory; its output is what the job's logs hold. (``ray job submit`` itself needs the
-head's dashboard with Ray's optional dashboard packages, ``ray[default]``; this environment has the
-minimal Ray, so the test bed's head runs without it: docs/guide/ray.md says so.)"""
+"""``--export DIR --format ray`` (mwnotebook/export/ray_job.py): the seed cell exported as a Ray job,
+and the job run on real Ray clusters (ray_nodes.py) two ways: its entrypoint on the tier's cluster as
+Ray's job supervisor runs one (a driver process on the head's machine, ``RAY_ADDRESS`` set, in the
+job's working directory), and the ``ray job submit`` command the export prints, against a cluster of
+its own whose head runs Ray's dashboard (the job server; it needs ``ray[default]``, which
+tools/test.sh installs in a venv of its own, ``MWNOTEBOOK_RAY_DASHBOARD_ENV``, so that the tier's
+other nodes stay on the minimal Ray)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +56,38 @@ def test_the_exported_ray_job_trains_the_seed_on_the_ray_cluster(ray_env: ray_no
     cluster = json.loads(next(x for x in lines if x.startswith("ray_job.py: TF_CONFIG cluster")).split(" ", 3)[3])
     # one worker on each node (SPREAD), each at a port its own actor chose there
     assert sorted(a.rsplit(":", 1)[0] for a in cluster["worker"]) == ["127.0.0.2", "127.0.0.3"], cluster
+
+
+#: The venv with ray[default] (tools/test.sh makes it).
+DASHBOARD_ENV = Path(os.environ.get("MWNOTEBOOK_RAY_DASHBOARD_ENV")
+                     or Path.home() / ".cache" / "mwnotebook" / "ray-dashboard")
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_printed_ray_job_submit_command_runs_the_export_on_a_cluster_with_a_dashboard(tmp_path: Path) -> None:
+    ray_cli = DASHBOARD_ENV / "bin" / "ray"
+    if not ray_cli.exists():
+        pytest.skip(f"no Ray with its dashboard at {DASHBOARD_ENV} (bash tools/test.sh makes it: ray[default])")
+    job = export_job(SEED_CELL, tmp_path / "job", ClusterSpec(ray="auto", workers=2, cpu=True), "ray")
+    submit = next(line.strip() for line in job.summary().splitlines() if line.strip().startswith("ray job submit"))
+    cluster = ray_nodes.create(worker_cpus=(1, 1), ray_bin=str(ray_cli), dashboard=True)
+    try:
+        argv = shlex.split(submit.replace("http://HEAD_HOST:8265", cluster.dashboard_address))
+        assert argv[:4] == ["ray", "job", "submit", "--address"], submit
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "MWNOTEBOOK_", "RAY_ADDRESS"))}
+        done = subprocess.run([str(ray_cli), *argv[1:]], capture_output=True, text=True, timeout=480,
+                              env={**env, **cluster.env()})
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-4000:]
+        lines = [line.strip() for line in done.stdout.splitlines()]
+        for i in range(2):
+            assert f"[worker {i}] {expected_line(i)}" in lines, out[-4000:]
+            assert f"ray_job.py: worker {i} exit 0" in lines, out[-4000:]
+        assert "succeeded" in out, out[-2000:]
+        placed = json.loads(next(x for x in lines if x.startswith("ray_job.py: TF_CONFIG cluster")).split(" ", 3)[3])
+        # SPREAD over the two 1-CPU nodes: one worker on each
+        assert sorted(a.rsplit(":", 1)[0] for a in placed["worker"]) == ["127.0.0.2", "127.0.0.3"], placed
+    finally:
+        cluster.destroy()
