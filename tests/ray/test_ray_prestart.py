@@ -9,6 +9,7 @@ import pytest
 
 from testbed import ray_nodes
 from testbed.notebook_kernel import Notebook
+from tests._shared.waits import wait_for
 
 pytestmark = pytest.mark.ray
 
@@ -52,7 +53,8 @@ def test_a_notebook_without_ray_address_starts_a_local_template_and_leaves_ray_u
     try:
         reply, text, _ = nb.execute("%load_ext mwnotebook", timeout=60)
         assert reply["content"]["status"] == "ok", text
-        assert nb.workers((TEMPLATE,)), "no local worker template started at %load_ext"
+        # the prestart thread starts it after %load_ext has returned (a loaded CI machine: not yet at once)
+        wait_for(lambda: nb.workers((TEMPLATE,)), 60, what="a local worker template started by %load_ext")
         reply, text, _ = nb.execute(PREPARED, timeout=180)
         assert "ray imported: False" in text, text
     finally:
