@@ -104,7 +104,7 @@ def tool_data(plugin: Any, run: str, host: str, tool: str) -> bytes:
 def test_every_worker_leaves_a_trace_the_profile_plugin_reads(magics: MWMagics, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     logdir = tmp_path / "profiles"
-    out = profiled(magics, f"{LINE} --profile {logdir}", fit(0.03, 14), capsys)
+    out = profiled(magics, f"{LINE} --profile {logdir}", fit(0.06, 14), capsys)
     summary = magics.session.last_profile
     assert summary is not None, out
     assert [w.traced for w in summary.workers] == [(6, 7, 8, 9, 10)] * 2, out  # the same steps on both
@@ -118,9 +118,10 @@ def test_every_worker_leaves_a_trace_the_profile_plugin_reads(magics: MWMagics, 
         ops = tool_data(plugin, summary.run, host, "framework_op_stats")
         assert b"MatMul" in ops and b"Collective" in ops, ops[:500]  # the model's layer and the all-reduce
 
-    # the summary's numbers: worker 1 waits ~30 ms per batch for input, worker 0 waits for it in the collective
+    # the summary's numbers: worker 1 waits ~60 ms per batch for input (30 ms was measured hidden to 8.8 ms
+    # behind a 27 ms collective on a loaded CI machine), worker 0 waits for it in the collective
     slow, even = summary.workers[1], summary.workers[0]
-    assert slow.input is not None and slow.input > 0.01 and slow.input_bound, out  # 30 ms, in part prefetched
+    assert slow.input is not None and slow.input > 0.01 and slow.input_bound, out  # 60 ms, in part prefetched
     assert even.input is not None and not even.input_bound and even.collective is not None and even.collective > 0.015
     for w in summary.workers:
         assert w.step == pytest.approx((w.input or 0) + (w.compute or 0) + (w.collective or 0), abs=1e-6)
