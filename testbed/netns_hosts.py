@@ -368,6 +368,11 @@ def _build(net: TestNet, count: int) -> None:
             # must open more connections when a host runs more workers than that.
             "MaxSessions 2",
             "MaxStartups 64",
+            # As on many real servers: a session whose client vanished while the host was cut off
+            # (its close never arrived) ends when the next probe meets the client's reset, or after
+            # 20 s of silence, instead of TCP's hours; an outage shorter than that keeps the session.
+            "ClientAliveInterval 5",
+            "ClientAliveCountMax 4",
             "LogLevel ERROR",
             setenv_line(HOST_ENV),
             "",
