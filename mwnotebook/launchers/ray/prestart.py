@@ -16,13 +16,12 @@ before a cell asks for it.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import logging
 import threading
 from collections.abc import Mapping
 
-from mwnotebook.launchers.ray.session import ADDRESS_ENV
+from mwnotebook.launchers.ray.session import ADDRESS_ENV, import_ray
 
 __all__ = ["import_ray_in_background", "names_ray_cluster"]
 
@@ -36,8 +35,8 @@ def names_ray_cluster(environ: Mapping[str, str]) -> bool:
 
 def _import_ray() -> None:
     try:
-        importlib.import_module("ray")
-    except Exception as exc:  # the first --ray cell says what is wrong (session.py import_ray)
+        import_ray()
+    except Exception as exc:  # ConfigError, or a broken Ray: the first --ray cell says so, visibly
         log.debug("importing Ray ahead of the first cell failed: %s", exc)
 
 
